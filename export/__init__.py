@@ -1,0 +1,1 @@
+"""Export a sentence-embedding checkpoint to the ONNX models Triton serves."""

@@ -1,0 +1,141 @@
+"""`main_export`: checkpoint -> ONNX (FP32, FP16, INT8) -> parity check -> model repository.
+
+Everything is built in a staging folder; the served repository changes only
+after every checked variant met its tolerance, so a failed export leaves the
+previous model in place.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from export.checkpoint import Checkpoint, resolve_checkpoint
+from export.config import MODEL_FILES, EmbeddingOnnxConfig, Precision, Tolerance, onnx_config_for
+from export.errors import CheckpointError
+from export.graph import SentenceEmbedder, export_onnx, load_encoder
+from export.parity import PARITY_TEXTS, check_parity, compare, padded_tokenizer, reference_embeddings
+from export.precision import quantize_int8, to_fp16
+from export.repository import ServedModel, install
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_LENGTH = 512
+
+
+def main_export(
+    model: str | None,
+    repository: Path,
+    *,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    work_dir: Path | None = None,
+    tolerances: dict[Precision, Tolerance] | None = None,
+) -> dict[str, Any]:
+    """Export `model` into `repository`; return the report written next to the model files.
+
+    `tolerances` overrides the architecture's parity thresholds per precision.
+    """
+    started = time.monotonic()
+    checkpoint = resolve_checkpoint(model)
+    onnx_config = onnx_config_for(checkpoint.model_type)
+    max_length = effective_max_length(checkpoint, onnx_config, max_length)
+    log.info("exporting %s@%s (%s, %s pooling, max %d tokens)", checkpoint.name, checkpoint.revision,
+             checkpoint.model_type, checkpoint.pooling.value, max_length)
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="export-", dir=work_dir) as tmp:
+        staging = Path(tmp)
+        tokenizer_file = stage_tokenizer(checkpoint, staging)
+        files = build_variants(checkpoint, onnx_config, staging)
+        reference = reference_embeddings(checkpoint.path, PARITY_TEXTS, max_length)
+        tokenizer = padded_tokenizer(tokenizer_file, max_length)
+        limits = {**onnx_config.tolerances, **(tolerances or {})}
+        results = [
+            compare(precision, path, reference, tokenizer, limits[precision])
+            for precision, path in files.items()
+        ]
+        report = {
+            "model": checkpoint.name,
+            "revision": checkpoint.revision,
+            "model_type": checkpoint.model_type,
+            "pooling": checkpoint.pooling.value,
+            "dimension": checkpoint.hidden_size,
+            "max_sequence_length": max_length,
+            "opset": onnx_config.opset,
+            "files": {precision.value: path.name for precision, path in files.items()},
+            "parity": {r.precision: r.as_dict() for r in results},
+            "parity_texts": len(PARITY_TEXTS),
+            "versions": _versions(),
+            "export_seconds": round(time.monotonic() - started, 1),
+        }
+        report_file = staging / "parity.json"
+        report_file.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        check_parity(results)
+        served = ServedModel(checkpoint.name, checkpoint.revision, checkpoint.hidden_size, max_length)
+        install(repository, served, [*files.values(), report_file], tokenizer_file)
+    log.info("installed %s into %s in %.0f s", checkpoint.name, repository, time.monotonic() - started)
+    return report
+
+
+def effective_max_length(checkpoint: Checkpoint, onnx_config: EmbeddingOnnxConfig, requested: int) -> int:
+    if requested < 2:
+        raise ValueError(f"max length must be >= 2 tokens, got {requested}")
+    limit = checkpoint.max_position_embeddings - onnx_config.position_offset
+    if requested > limit:
+        log.warning("max length %d exceeds the model's %d positions; using %d", requested, limit, limit)
+    return min(requested, limit)
+
+
+def stage_tokenizer(checkpoint: Checkpoint, staging: Path) -> Path:
+    """Copy (or build, from a slow tokenizer's files) the fast `tokenizer.json` Triton loads."""
+    target = staging / "tokenizer.json"
+    source = checkpoint.path / "tokenizer.json"
+    if source.is_file():
+        shutil.copyfile(source, target)
+    else:
+        from transformers import AutoTokenizer
+
+        try:
+            AutoTokenizer.from_pretrained(checkpoint.path, use_fast=True).backend_tokenizer.save(str(target))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"{checkpoint.path} has no usable fast tokenizer: {exc}") from exc
+    try:
+        vocab = Tokenizer.from_file(str(target)).get_vocab_size()
+    except Exception as exc:  # tokenizers raises a bare Exception on a malformed file
+        raise CheckpointError(f"{source} is not a valid tokenizer.json: {exc}") from exc
+    if vocab > checkpoint.vocab_size:
+        raise CheckpointError(
+            f"tokenizer has {vocab} tokens but the model's embedding table only {checkpoint.vocab_size}: "
+            "tokenizer and weights come from different checkpoints"
+        )
+    return target
+
+
+def build_variants(checkpoint: Checkpoint, onnx_config: EmbeddingOnnxConfig, staging: Path) -> dict[Precision, Path]:
+    embedder = SentenceEmbedder(load_encoder(checkpoint), checkpoint.pooling, onnx_config.uses_token_type_ids)
+    fp32 = export_onnx(embedder, onnx_config, staging / MODEL_FILES[Precision.FP32], checkpoint.hidden_size)
+    return {
+        Precision.FP32: fp32,
+        Precision.FP16: to_fp16(fp32, staging / MODEL_FILES[Precision.FP16], checkpoint),
+        Precision.INT8: quantize_int8(fp32, staging / MODEL_FILES[Precision.INT8], checkpoint),
+    }
+
+
+def _versions() -> dict[str, str]:
+    import onnx
+    import onnxruntime
+    import sentence_transformers
+    import tokenizers
+    import torch
+    import transformers
+
+    modules = (torch, transformers, sentence_transformers, onnx, onnxruntime, tokenizers)
+    return {"python": platform.python_version(), **{m.__name__: str(m.__version__) for m in modules}}

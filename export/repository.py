@@ -1,0 +1,197 @@
+"""Render the Triton configs for an exported model and install its files.
+
+Configs are built as `ModelConfig` protobuf messages (the schema Triton
+parses) and written in text format, so a config the export writes is valid
+by construction. The tracked `config.pbtxt` files are exactly what this module
+renders for the default checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+ENSEMBLE = "bge"
+TOKENIZER = "bge_tokenizer"
+ENCODER = "bge_onnx"
+# Alternate config for NVIDIA's GPU server images (native onnxruntime backend,
+# TensorRT FP16): select it with `tritonserver --model-config-name=onnxruntime_gpu`.
+NATIVE_CONFIG_NAME = "onnxruntime_gpu"
+WARMUP_TEXT_FILE = "sample_text"
+
+MAX_BATCH_SIZE = 64
+PREFERRED_BATCH_SIZES = (8, 16, 32, 64)
+MAX_QUEUE_DELAY_US = 2000
+WARMUP_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What the configs need to know about the exported model."""
+
+    name: str
+    revision: str
+    dimension: int
+    max_sequence_length: int
+    cpu_precision: str = "int8"
+
+
+def _params(config: mc.ModelConfig, values: dict[str, str]) -> None:
+    for key, value in values.items():
+        config.parameters[key].string_value = value
+
+
+def _model_params(model: ServedModel) -> dict[str, str]:
+    return {
+        "model_name": model.name,
+        "model_revision": model.revision,
+        "max_sequence_length": str(model.max_sequence_length),
+    }
+
+
+def _token_tensors(ragged: bool) -> list[mc.ModelInput]:
+    return [
+        mc.ModelInput(name=name, data_type=mc.TYPE_INT64, dims=[-1], allow_ragged_batch=ragged)
+        for name in ("INPUT_IDS", "ATTENTION_MASK")
+    ]
+
+
+def tokenizer_config(model: ServedModel) -> mc.ModelConfig:
+    config = mc.ModelConfig(name=TOKENIZER, backend="python", max_batch_size=MAX_BATCH_SIZE)
+    config.input.append(mc.ModelInput(name="TEXT", data_type=mc.TYPE_STRING, dims=[1]))
+    config.output.extend(
+        [
+            mc.ModelOutput(name="INPUT_IDS", data_type=mc.TYPE_INT64, dims=[-1]),
+            mc.ModelOutput(name="ATTENTION_MASK", data_type=mc.TYPE_INT64, dims=[-1]),
+            mc.ModelOutput(name="TOKEN_COUNT", data_type=mc.TYPE_INT32, dims=[1]),
+            mc.ModelOutput(name="TRUNCATED", data_type=mc.TYPE_BOOL, dims=[1]),
+        ]
+    )
+    config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1))
+    config.dynamic_batching.max_queue_delay_microseconds = 500
+    _params(config, _model_params(model))
+    warmup = config.model_warmup.add(name="sample_text", batch_size=8)
+    warmup.inputs["TEXT"].CopyFrom(
+        mc.ModelWarmup.Input(data_type=mc.TYPE_STRING, dims=[1], input_data_file=WARMUP_TEXT_FILE)
+    )
+    return config
+
+
+def encoder_config(model: ServedModel) -> mc.ModelConfig:
+    """Python-backend ONNX Runtime model; requests of any token length batch together."""
+    config = mc.ModelConfig(name=ENCODER, backend="python", max_batch_size=MAX_BATCH_SIZE)
+    config.input.extend(_token_tensors(ragged=True))
+    config.output.append(mc.ModelOutput(name="EMBEDDING", data_type=mc.TYPE_FP32, dims=[model.dimension]))
+    config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1))
+    config.dynamic_batching.preferred_batch_size.extend(PREFERRED_BATCH_SIZES)
+    config.dynamic_batching.max_queue_delay_microseconds = MAX_QUEUE_DELAY_US
+    _params(
+        config,
+        {
+            **_model_params(model),
+            "cpu_precision": model.cpu_precision,  # int8 | fp32 on KIND_CPU instances
+            "gpu_execution_provider": "cuda",  # cuda (FP16 graph) | tensorrt (FP32 graph, FP16 engine)
+            "intra_op_threads": "0",  # 0: the cores this process may use, shared by the CPU instances
+        },
+    )
+    _add_token_warmup(config)
+    return config
+
+
+def native_encoder_config(model: ServedModel) -> mc.ModelConfig:
+    """The same model for Triton's native onnxruntime backend with TensorRT FP16 (GPU images)."""
+    config = mc.ModelConfig(
+        name=ENCODER, platform="onnxruntime_onnx", max_batch_size=MAX_BATCH_SIZE, default_model_filename="model.onnx"
+    )
+    # The native backend needs equal shapes in a batch, so no ragged batching here.
+    config.input.extend(_token_tensors(ragged=False))
+    config.input[0].name, config.input[1].name = "input_ids", "attention_mask"
+    config.output.append(mc.ModelOutput(name="embedding", data_type=mc.TYPE_FP32, dims=[model.dimension]))
+    config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_GPU, count=1))
+    config.dynamic_batching.preferred_batch_size.extend(PREFERRED_BATCH_SIZES)
+    config.dynamic_batching.max_queue_delay_microseconds = MAX_QUEUE_DELAY_US
+    accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
+    accelerator.parameters.update(
+        {"precision_mode": "FP16", "max_workspace_size_bytes": str(2 << 30), "trt_engine_cache_enable": "1"}
+    )
+    _params(config, _model_params(model))
+    _add_token_warmup(config, names=("input_ids", "attention_mask"))
+    return config
+
+
+def _add_token_warmup(config: mc.ModelConfig, names: tuple[str, str] = ("INPUT_IDS", "ATTENTION_MASK")) -> None:
+    warmup = config.model_warmup.add(name=f"batch8_len{WARMUP_TOKENS}", batch_size=8)
+    for name in names:
+        # Token id 0 is in every vocabulary; an all-zero mask still runs every kernel.
+        warmup.inputs[name].CopyFrom(mc.ModelWarmup.Input(data_type=mc.TYPE_INT64, dims=[WARMUP_TOKENS], zero_data=True))
+
+
+def ensemble_config(model: ServedModel) -> mc.ModelConfig:
+    """`bge`: TEXT -> tokenizer -> encoder -> EMBEDDING (plus token counts for usage reporting)."""
+    config = mc.ModelConfig(name=ENSEMBLE, platform="ensemble", max_batch_size=MAX_BATCH_SIZE)
+    config.input.append(mc.ModelInput(name="TEXT", data_type=mc.TYPE_STRING, dims=[1]))
+    config.output.extend(
+        [
+            mc.ModelOutput(name="EMBEDDING", data_type=mc.TYPE_FP32, dims=[model.dimension]),
+            mc.ModelOutput(name="TOKEN_COUNT", data_type=mc.TYPE_INT32, dims=[1]),
+            mc.ModelOutput(name="TRUNCATED", data_type=mc.TYPE_BOOL, dims=[1]),
+        ]
+    )
+    tokenize = config.ensemble_scheduling.step.add(model_name=TOKENIZER, model_version=-1)
+    tokenize.input_map["TEXT"] = "TEXT"
+    tokenize.output_map.update(
+        {"INPUT_IDS": "input_ids", "ATTENTION_MASK": "attention_mask", "TOKEN_COUNT": "TOKEN_COUNT",
+         "TRUNCATED": "TRUNCATED"}
+    )
+    encode = config.ensemble_scheduling.step.add(model_name=ENCODER, model_version=-1)
+    encode.input_map.update({"INPUT_IDS": "input_ids", "ATTENTION_MASK": "attention_mask"})
+    encode.output_map["EMBEDDING"] = "EMBEDDING"
+    _params(config, _model_params(model))
+    return config
+
+
+def render(config: mc.ModelConfig) -> str:
+    return text_format.MessageToString(config)
+
+
+def parse(text: str) -> mc.ModelConfig:
+    """Parse config.pbtxt text the way Triton does; raises `text_format.ParseError` on a bad config."""
+    return text_format.Parse(text, mc.ModelConfig())
+
+
+def rendered_configs(model: ServedModel) -> dict[str, str]:
+    """Relative path inside the repository -> config text."""
+    return {
+        f"{ENSEMBLE}/config.pbtxt": render(ensemble_config(model)),
+        f"{TOKENIZER}/config.pbtxt": render(tokenizer_config(model)),
+        f"{ENCODER}/config.pbtxt": render(encoder_config(model)),
+        f"{ENCODER}/configs/{NATIVE_CONFIG_NAME}.pbtxt": render(native_encoder_config(model)),
+    }
+
+
+def install(repository: Path, model: ServedModel, encoder_files: list[Path], tokenizer_file: Path) -> None:
+    """Move the checked files into `repository` and write the configs.
+
+    Every file is staged beside its target and swapped in with `os.replace`,
+    so a server reading the repository never sees a half-written file.
+    """
+    targets = {f: repository / ENCODER / "1" / f.name for f in encoder_files}
+    targets[tokenizer_file] = repository / TOKENIZER / "1" / "tokenizer.json"
+    for source, target in targets.items():
+        _replace(target, lambda tmp, src=source: shutil.move(src, tmp))
+    for relative, text in rendered_configs(model).items():
+        _replace(repository / relative, lambda tmp, t=text: tmp.write_text(t, encoding="utf-8"))
+    (repository / ENSEMBLE / "1").mkdir(parents=True, exist_ok=True)
+
+
+def _replace(target: Path, write: Callable[[Path], object]) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    write(tmp)
+    os.replace(tmp, target)

@@ -1,0 +1,84 @@
+"""Tensor and session logic of `bge_onnx`, free of Triton so it can be unit-tested."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+CPU_FILES = {"int8": "model_int8.onnx", "fp32": "model.onnx"}
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """Which graph to load and on which execution providers."""
+
+    model_file: str
+    providers: list[tuple[str, dict[str, str]]]
+    intra_op_threads: int
+
+
+def plan_session(kind: str, device_id: int, params: dict[str, str], cache_dir: str) -> SessionPlan:
+    """KIND_CPU: INT8 (or FP32) on the CPU provider; KIND_GPU: FP16 on CUDA, or TensorRT building FP16 engines."""
+    threads = int(params.get("intra_op_threads", "0")) or default_intra_op_threads()
+    if kind == "GPU":
+        cuda = ("CUDAExecutionProvider", {"device_id": str(device_id)})
+        if params.get("gpu_execution_provider", "cuda") == "tensorrt":
+            tensorrt = (
+                "TensorrtExecutionProvider",
+                {
+                    "device_id": str(device_id),
+                    "trt_fp16_enable": "True",
+                    "trt_engine_cache_enable": "True",
+                    "trt_engine_cache_path": cache_dir,
+                },
+            )
+            return SessionPlan("model.onnx", [tensorrt, cuda], threads)
+        return SessionPlan("model_fp16.onnx", [cuda], threads)
+    precision = params.get("cpu_precision", "int8")
+    if precision not in CPU_FILES:
+        raise ValueError(f"cpu_precision must be one of {sorted(CPU_FILES)}, got {precision!r}")
+    return SessionPlan(CPU_FILES[precision], [("CPUExecutionProvider", {})], threads)
+
+
+def default_intra_op_threads() -> int:
+    """The cores this process may run on (its affinity mask, which containers narrow)."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def create_session(model_path: str, plan: SessionPlan) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = plan.intra_op_threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    names = [name for name, _ in plan.providers]
+    return ort.InferenceSession(model_path, options, providers=names, provider_options=[o for _, o in plan.providers])
+
+
+def shape_error(input_ids: np.ndarray, attention_mask: np.ndarray) -> str | None:
+    """Why one request's pair of token arrays cannot be run, or None."""
+    if input_ids.ndim != 2 or input_ids.shape != attention_mask.shape:
+        return f"INPUT_IDS {list(input_ids.shape)} and ATTENTION_MASK {list(attention_mask.shape)} must be equal [n, len]"
+    return None
+
+
+def stack_ragged(input_ids: list[np.ndarray], attention_mask: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Requests of [rows_i, len_i] -> one [sum rows_i, max len_i] batch, zero-padded on the right."""
+    rows = sum(ids.shape[0] for ids in input_ids)
+    width = max((ids.shape[1] for ids in input_ids), default=0)
+    ids_out = np.zeros((rows, width), dtype=np.int64)
+    mask_out = np.zeros((rows, width), dtype=np.int64)
+    row = 0
+    for ids, mask in zip(input_ids, attention_mask, strict=True):
+        ids_out[row : row + ids.shape[0], : ids.shape[1]] = ids
+        mask_out[row : row + ids.shape[0], : ids.shape[1]] = mask
+        row += ids.shape[0]
+    return ids_out, mask_out
+
+
+def split_rows(batch: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
+    """Undo `stack_ragged` on the output: one [rows_i, dim] array per request, in order."""
+    return np.split(batch, np.cumsum(sizes)[:-1]) if sizes else []

@@ -1,0 +1,54 @@
+"""bge_onnx: INPUT_IDS, ATTENTION_MASK [n, len] int64 -> EMBEDDING [n, dim] fp32 (L2-normalised).
+
+Inputs allow ragged batching, so the dynamic batcher groups requests of any
+token length; they are padded here to the batch's longest request and run as
+one ONNX Runtime call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from encoder import create_session, plan_session, shape_error, split_rows, stack_ragged
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        config = json.loads(args["model_config"])
+        output = pb_utils.get_output_config_by_name(config, "EMBEDDING")
+        if pb_utils.triton_string_to_numpy(output["data_type"]) != np.float32:
+            raise pb_utils.TritonModelException(f"{config['name']}: EMBEDDING must be TYPE_FP32")
+        params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        version_dir = os.path.join(args["model_repository"], args["model_version"])
+        plan = plan_session(
+            args["model_instance_kind"], int(args["model_instance_device_id"]), params, os.path.join(version_dir, "trt")
+        )
+        self.session = create_session(os.path.join(version_dir, plan.model_file), plan)
+        self.dimension = int(output["dims"][-1])
+        produced = self.session.get_outputs()[0].shape[-1]
+        if produced != self.dimension:
+            raise pb_utils.TritonModelException(
+                f"{config['name']}: {plan.model_file} outputs {produced} dims, config says {self.dimension}"
+            )
+
+    def execute(self, requests: list) -> list:
+        responses: list = [None] * len(requests)
+        ids, masks, valid = [], [], []
+        for index, request in enumerate(requests):
+            pair = [pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in ("INPUT_IDS", "ATTENTION_MASK")]
+            error = shape_error(*pair)
+            if error:
+                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(error, pb_utils.TritonError.INVALID_ARG))
+                continue
+            ids.append(pair[0])
+            masks.append(pair[1])
+            valid.append(index)
+        if valid:
+            input_ids, attention_mask = stack_ragged(ids, masks)
+            (embeddings,) = self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+            for index, part in zip(valid, split_rows(embeddings, [i.shape[0] for i in ids]), strict=True):
+                responses[index] = pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", part.astype(np.float32, copy=False))])
+        return responses

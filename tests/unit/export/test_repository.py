@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from export.checkpoint import Checkpoint
+from export.pipeline import DEFAULT_MAX_LENGTH
+from export.repository import ServedModel, parse, rendered_configs
+from tests.conftest import TRACKED_REPOSITORY
+
+CONFIG_FILES = sorted(TRACKED_REPOSITORY.rglob("*.pbtxt"))
+
+
+def default_model(minilm: Checkpoint) -> ServedModel:
+    return ServedModel(minilm.name, minilm.revision, minilm.hidden_size, DEFAULT_MAX_LENGTH)
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: str(p.relative_to(TRACKED_REPOSITORY)))
+def test_every_tracked_config_parses_as_triton_model_config(path: Path) -> None:
+    config = parse(path.read_text())
+    assert config.name == path.parent.name if path.parent.name != "configs" else path.parent.parent.name
+
+
+def test_all_four_configs_are_tracked() -> None:
+    assert [str(p.relative_to(TRACKED_REPOSITORY)) for p in CONFIG_FILES] == [
+        "bge/config.pbtxt",
+        "bge_onnx/config.pbtxt",
+        "bge_onnx/configs/onnxruntime_gpu.pbtxt",
+        "bge_tokenizer/config.pbtxt",
+    ]
+
+
+def test_tracked_configs_are_what_the_export_renders_for_the_default_model(minilm: Checkpoint) -> None:
+    for relative, text in rendered_configs(default_model(minilm)).items():
+        assert (TRACKED_REPOSITORY / relative).read_text() == text, f"{relative} drifted: run `make export`"
+
+
+def test_bad_config_text_is_rejected() -> None:
+    with pytest.raises(text_format.ParseError):
+        parse('name: "bge"\nmax_batch_size: "many"\n')
+
+
+def test_ensemble_contract(minilm: Checkpoint) -> None:
+    config = parse(rendered_configs(default_model(minilm))["bge/config.pbtxt"])
+    assert config.platform == "ensemble" and config.max_batch_size >= 64
+    (text,) = config.input
+    assert (text.name, text.data_type, list(text.dims)) == ("TEXT", mc.TYPE_STRING, [1])
+    embedding = config.output[0]
+    assert (embedding.name, embedding.data_type, list(embedding.dims)) == ("EMBEDDING", mc.TYPE_FP32, [384])
+    assert [step.model_name for step in config.ensemble_scheduling.step] == ["bge_tokenizer", "bge_onnx"]
+    assert config.parameters["model_revision"].string_value == minilm.revision
+
+
+def test_encoder_batches_ragged_requests_with_warmup(minilm: Checkpoint) -> None:
+    config = parse(rendered_configs(default_model(minilm))["bge_onnx/config.pbtxt"])
+    assert all(i.allow_ragged_batch for i in config.input)
+    assert list(config.dynamic_batching.preferred_batch_size) == [8, 16, 32, 64]
+    assert 0 < config.dynamic_batching.max_queue_delay_microseconds <= 5000
+    assert config.model_warmup and config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_CPU
+    assert config.parameters["model_revision"].string_value == minilm.revision
+
+
+def test_native_variant_uses_tensorrt_fp16_on_gpu(minilm: Checkpoint) -> None:
+    config = parse(rendered_configs(default_model(minilm))["bge_onnx/configs/onnxruntime_gpu.pbtxt"])
+    assert config.platform == "onnxruntime_onnx" and config.default_model_filename == "model.onnx"
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
+    assert config.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+
+
+def test_tokenizer_warmup_file_is_serialised_bytes() -> None:
+    config = parse((TRACKED_REPOSITORY / "bge_tokenizer" / "config.pbtxt").read_text())
+    (warmup,) = config.model_warmup
+    data = (TRACKED_REPOSITORY / "bge_tokenizer" / "warmup" / warmup.inputs["TEXT"].input_data_file).read_bytes()
+    assert int.from_bytes(data[:4], "little") == len(data) - 4
+    assert data[4:].decode("utf-8").strip()

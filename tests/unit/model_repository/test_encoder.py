@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.unit.model_repository.conftest import load_model_module
+
+encoder = load_model_module("bge_onnx", "encoder")
+
+
+def request(rows: int, length: int, start: int) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.arange(start, start + rows * length, dtype=np.int64).reshape(rows, length)
+    return ids, np.ones_like(ids)
+
+
+def test_stack_ragged_pads_every_request_to_the_longest() -> None:
+    requests = [request(2, 3, 1), request(1, 5, 100), request(3, 1, 200)]
+    ids, mask = encoder.stack_ragged([r[0] for r in requests], [r[1] for r in requests])
+    assert ids.shape == mask.shape == (6, 5)
+    assert ids[0].tolist() == [1, 2, 3, 0, 0] and mask[0].tolist() == [1, 1, 1, 0, 0]
+    assert ids[2].tolist() == [100, 101, 102, 103, 104]
+    assert mask.sum(axis=1).tolist() == [3, 3, 5, 1, 1, 1]
+
+
+def test_split_rows_returns_each_request_its_rows_in_order() -> None:
+    batch = np.arange(12, dtype=np.float32).reshape(6, 2)
+    parts = encoder.split_rows(batch, [2, 1, 3])
+    assert [p.shape for p in parts] == [(2, 2), (1, 2), (3, 2)]
+    assert parts[1].tolist() == [[4.0, 5.0]]
+
+
+@pytest.mark.parametrize(
+    ("ids", "mask"),
+    [(np.zeros((2, 3)), np.zeros((2, 4))), (np.zeros(3), np.zeros(3))],
+)
+def test_shape_error_names_both_shapes(ids: np.ndarray, mask: np.ndarray) -> None:
+    assert f"INPUT_IDS {list(ids.shape)} and ATTENTION_MASK {list(mask.shape)}" in encoder.shape_error(ids, mask)
+    assert encoder.shape_error(np.zeros((2, 3)), np.zeros((2, 3))) is None
+
+
+def test_cpu_instances_run_int8_or_fp32_on_the_cpu_provider() -> None:
+    plan = encoder.plan_session("CPU", 0, {"cpu_precision": "int8", "intra_op_threads": "3"}, "/tmp/trt")
+    assert (plan.model_file, plan.providers[0][0], plan.intra_op_threads) == ("model_int8.onnx", "CPUExecutionProvider", 3)
+    assert encoder.plan_session("CPU", 0, {"cpu_precision": "fp32"}, "/tmp/trt").model_file == "model.onnx"
+    with pytest.raises(ValueError, match="cpu_precision must be one of"):
+        encoder.plan_session("CPU", 0, {"cpu_precision": "fp16"}, "/tmp/trt")
+
+
+def test_default_threads_are_the_cores_this_process_may_use() -> None:
+    import os
+
+    assert encoder.plan_session("CPU", 0, {"intra_op_threads": "0"}, "").intra_op_threads == len(os.sched_getaffinity(0))
+
+
+def test_gpu_instances_run_fp16_on_cuda_or_tensorrt() -> None:
+    cuda = encoder.plan_session("GPU", 1, {}, "/tmp/trt")
+    assert cuda.model_file == "model_fp16.onnx" and cuda.providers == [("CUDAExecutionProvider", {"device_id": "1"})]
+    trt = encoder.plan_session("GPU", 0, {"gpu_execution_provider": "tensorrt"}, "/tmp/trt")
+    assert trt.model_file == "model.onnx"
+    assert [name for name, _ in trt.providers] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
+    assert trt.providers[0][1]["trt_fp16_enable"] == "True"
