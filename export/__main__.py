@@ -20,7 +20,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="hub id or local checkpoint directory; empty: the packaged all-MiniLM-L6-v2",
     )
     parser.add_argument("--repository", type=Path, default=Path("model_repository"), help="Triton model repository")
-    parser.add_argument("--max-length", type=int, default=DEFAULT_MAX_LENGTH, help="tokens per text; longer is truncated")
+    parser.add_argument(
+        "--max-length", type=int, default=DEFAULT_MAX_LENGTH, help="tokens per text; longer is truncated"
+    )
     parser.add_argument("--work-dir", type=Path, default=Path(".run"), help="where variants are staged")
     return parser.parse_args(argv)
 
@@ -35,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"export failed, the served model is unchanged: {exc}", file=sys.stderr)
         return 1
     for precision, parity in report["parity"].items():
-        status = f"min {parity['min_cosine']:.5f} mean {parity['mean_cosine']:.5f}" if parity["checked"] else "not checked"
+        status = (
+            f"min {parity['min_cosine']:.5f} mean {parity['mean_cosine']:.5f}" if parity["checked"] else "not checked"
+        )
         print(f"{precision}: {parity['file']} {status}")
     return 0
 

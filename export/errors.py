@@ -1,11 +1,11 @@
 """Errors raised by the export pipeline.
 
-    ExportError
-    ├── CheckpointError        the checkpoint is missing, corrupt or inconsistent
-    ├── UnsupportedModelError  no export config for this architecture or pooling
-    └── ParityError            an exported variant disagrees with the PyTorch reference
-        ├── ShapeMismatchError the output shape differs
-        └── ToleranceError     a cosine similarity is below its threshold
+ExportError
+├── CheckpointError        the checkpoint is missing, corrupt or inconsistent
+├── UnsupportedModelError  no export config for this architecture or pooling
+└── ParityError            an exported variant disagrees with the PyTorch reference
+    ├── ShapeMismatchError the output shape differs
+    └── ToleranceError     a cosine similarity is below its threshold
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ def load_encoder(checkpoint: Checkpoint) -> PreTrainedModel:
         raise CheckpointError(
             f"weights in {checkpoint.path} do not match its {checkpoint.model_type} config: {', '.join(problems)}"
         )
-    return model.eval()
+    encoder: PreTrainedModel = model.eval()
+    return encoder
 
 
 def export_onnx(embedder: SentenceEmbedder, config: EmbeddingOnnxConfig, out: Path, dimension: int) -> Path:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
@@ -63,28 +64,31 @@ class VariantParity:
         return asdict(self)
 
 
-def reference_embeddings(checkpoint_dir: Path, texts: tuple[str, ...], max_length: int) -> np.ndarray:
+def reference_embeddings(checkpoint_dir: Path, texts: tuple[str, ...], max_length: int) -> npt.NDArray[np.float32]:
     """The sentence-transformers embeddings the export must reproduce (unit norm)."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(checkpoint_dir), device="cpu")
     model.max_seq_length = max_length
     vectors = model.encode(list(texts), batch_size=16, normalize_embeddings=True, show_progress_bar=False)
-    return np.asarray(vectors, dtype=np.float32)
+    reference: npt.NDArray[np.float32] = np.asarray(vectors, dtype=np.float32)
+    return reference
 
 
-def onnx_embeddings(model: Path, tokenizer: Tokenizer, texts: tuple[str, ...], batch_size: int = 16) -> np.ndarray:
+def onnx_embeddings(
+    model: Path, tokenizer: Tokenizer, texts: tuple[str, ...], batch_size: int = 16
+) -> npt.NDArray[np.float32]:
     """Run `model` with the tokenizer Triton uses, on the CPU provider."""
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    chunks = []
+    chunks: list[npt.NDArray[np.float32]] = []
     for start in range(0, len(texts), batch_size):
         encodings = tokenizer.encode_batch(list(texts[start : start + batch_size]))
         feeds = {
             "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
             "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
         }
-        chunks.append(session.run(None, feeds)[0])
-    return np.concatenate(chunks).astype(np.float32)
+        chunks.append(np.asarray(session.run(None, feeds)[0], dtype=np.float32))
+    return np.concatenate(chunks)
 
 
 def padded_tokenizer(tokenizer_file: Path, max_length: int) -> Tokenizer:
@@ -95,7 +99,7 @@ def padded_tokenizer(tokenizer_file: Path, max_length: int) -> Tokenizer:
 
 
 def compare(
-    precision: Precision, model: Path, reference: np.ndarray, tokenizer: Tokenizer, tolerance: Tolerance
+    precision: Precision, model: Path, reference: npt.NDArray[np.float32], tokenizer: Tokenizer, tolerance: Tolerance
 ) -> VariantParity:
     """Measure one variant; a variant the CPU provider cannot run is recorded as not checked."""
     result = VariantParity(precision.value, model.name, checked=False)
@@ -111,9 +115,7 @@ def compare(
     result.shape = tuple(actual.shape)
     if actual.shape != reference.shape:
         raise ShapeMismatchError(f"{model.name}: output shape {actual.shape} != reference {reference.shape}")
-    cosines = np.sum(actual * reference, axis=1) / (
-        np.linalg.norm(actual, axis=1) * np.linalg.norm(reference, axis=1)
-    )
+    cosines = np.sum(actual * reference, axis=1) / (np.linalg.norm(actual, axis=1) * np.linalg.norm(reference, axis=1))
     result.checked = True
     result.min_cosine = float(cosines.min())
     result.mean_cosine = float(cosines.mean())

@@ -47,8 +47,14 @@ def main_export(
     checkpoint = resolve_checkpoint(model)
     onnx_config = onnx_config_for(checkpoint.model_type)
     max_length = effective_max_length(checkpoint, onnx_config, max_length)
-    log.info("exporting %s@%s (%s, %s pooling, max %d tokens)", checkpoint.name, checkpoint.revision,
-             checkpoint.model_type, checkpoint.pooling.value, max_length)
+    log.info(
+        "exporting %s@%s (%s, %s pooling, max %d tokens)",
+        checkpoint.name,
+        checkpoint.revision,
+        checkpoint.model_type,
+        checkpoint.pooling.value,
+        max_length,
+    )
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="export-", dir=work_dir) as tmp:
@@ -59,8 +65,7 @@ def main_export(
         tokenizer = padded_tokenizer(tokenizer_file, max_length)
         limits = {**onnx_config.tolerances, **(tolerances or {})}
         results = [
-            compare(precision, path, reference, tokenizer, limits[precision])
-            for precision, path in files.items()
+            compare(precision, path, reference, tokenizer, limits[precision]) for precision, path in files.items()
         ]
         report = {
             "model": checkpoint.name,

@@ -12,6 +12,7 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -129,7 +130,9 @@ def _add_token_warmup(config: mc.ModelConfig, names: tuple[str, str] = ("INPUT_I
     warmup = config.model_warmup.add(name=f"batch8_len{WARMUP_TOKENS}", batch_size=8)
     for name in names:
         # Token id 0 is in every vocabulary; an all-zero mask still runs every kernel.
-        warmup.inputs[name].CopyFrom(mc.ModelWarmup.Input(data_type=mc.TYPE_INT64, dims=[WARMUP_TOKENS], zero_data=True))
+        warmup.inputs[name].CopyFrom(
+            mc.ModelWarmup.Input(data_type=mc.TYPE_INT64, dims=[WARMUP_TOKENS], zero_data=True)
+        )
 
 
 def ensemble_config(model: ServedModel) -> mc.ModelConfig:
@@ -146,8 +149,12 @@ def ensemble_config(model: ServedModel) -> mc.ModelConfig:
     tokenize = config.ensemble_scheduling.step.add(model_name=TOKENIZER, model_version=-1)
     tokenize.input_map["TEXT"] = "TEXT"
     tokenize.output_map.update(
-        {"INPUT_IDS": "input_ids", "ATTENTION_MASK": "attention_mask", "TOKEN_COUNT": "TOKEN_COUNT",
-         "TRUNCATED": "TRUNCATED"}
+        {
+            "INPUT_IDS": "input_ids",
+            "ATTENTION_MASK": "attention_mask",
+            "TOKEN_COUNT": "TOKEN_COUNT",
+            "TRUNCATED": "TRUNCATED",
+        }
     )
     encode = config.ensemble_scheduling.step.add(model_name=ENCODER, model_version=-1)
     encode.input_map.update({"INPUT_IDS": "input_ids", "ATTENTION_MASK": "attention_mask"})
@@ -157,7 +164,7 @@ def ensemble_config(model: ServedModel) -> mc.ModelConfig:
 
 
 def render(config: mc.ModelConfig) -> str:
-    return text_format.MessageToString(config)
+    return str(text_format.MessageToString(config))
 
 
 def parse(text: str) -> mc.ModelConfig:
@@ -184,10 +191,14 @@ def install(repository: Path, model: ServedModel, encoder_files: list[Path], tok
     targets = {f: repository / ENCODER / "1" / f.name for f in encoder_files}
     targets[tokenizer_file] = repository / TOKENIZER / "1" / "tokenizer.json"
     for source, target in targets.items():
-        _replace(target, lambda tmp, src=source: shutil.move(src, tmp))
+        _replace(target, partial(shutil.move, source))
     for relative, text in rendered_configs(model).items():
-        _replace(repository / relative, lambda tmp, t=text: tmp.write_text(t, encoding="utf-8"))
+        _replace(repository / relative, partial(_write_text, text))
     (repository / ENSEMBLE / "1").mkdir(parents=True, exist_ok=True)
+
+
+def _write_text(text: str, path: Path) -> None:
+    path.write_text(text, encoding="utf-8")
 
 
 def _replace(target: Path, write: Callable[[Path], object]) -> None:

@@ -63,8 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         print(f"triton failed to start: {exc}", file=sys.stderr)
         return 1
-    print(f"triton ready: http://{server.http_url} grpc://{server.grpc_url} "
-          f"metrics http://{server.host}:{server.metrics_port}/metrics (log {server.log_path})")
+    print(
+        f"triton ready: http://{server.http_url} grpc://{server.grpc_url} "
+        f"metrics http://{server.host}:{server.metrics_port}/metrics (log {server.log_path})"
+    )
     if args.action == "start":
         pid_file.write_text(str(server.pid))
         return 0

@@ -9,6 +9,7 @@ ready and stops it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -165,10 +166,8 @@ def terminate(pid: int, timeout: float = 30.0) -> None:
         if not _alive(pid):
             return
         time.sleep(0.1)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _alive(pid: int) -> bool:

@@ -37,7 +37,9 @@ def free_port() -> int:
 def copy_tracked_repository(dest: Path) -> Path:
     """The tracked configs and model.py files, without generated model files."""
     shutil.copytree(
-        TRACKED_REPOSITORY, dest, ignore=shutil.ignore_patterns("*.onnx", "parity.json", "tokenizer.json", "__pycache__")
+        TRACKED_REPOSITORY,
+        dest,
+        ignore=shutil.ignore_patterns("*.onnx", "parity.json", "tokenizer.json", "__pycache__"),
     )
     return dest
 

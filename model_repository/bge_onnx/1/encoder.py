@@ -61,7 +61,9 @@ def create_session(model_path: str, plan: SessionPlan) -> ort.InferenceSession:
 def shape_error(input_ids: np.ndarray, attention_mask: np.ndarray) -> str | None:
     """Why one request's pair of token arrays cannot be run, or None."""
     if input_ids.ndim != 2 or input_ids.shape != attention_mask.shape:
-        return f"INPUT_IDS {list(input_ids.shape)} and ATTENTION_MASK {list(attention_mask.shape)} must be equal [n, len]"
+        return (
+            f"INPUT_IDS {list(input_ids.shape)} and ATTENTION_MASK {list(attention_mask.shape)} must be equal [n, len]"
+        )
     return None
 
 

@@ -41,7 +41,9 @@ class TritonPythonModel:
             pair = [pb_utils.get_input_tensor_by_name(request, n).as_numpy() for n in ("INPUT_IDS", "ATTENTION_MASK")]
             error = shape_error(*pair)
             if error:
-                responses[index] = pb_utils.InferenceResponse(error=pb_utils.TritonError(error, pb_utils.TritonError.INVALID_ARG))
+                responses[index] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(error, pb_utils.TritonError.INVALID_ARG)
+                )
                 continue
             ids.append(pair[0])
             masks.append(pair[1])
@@ -50,5 +52,7 @@ class TritonPythonModel:
             input_ids, attention_mask = stack_ragged(ids, masks)
             (embeddings,) = self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
             for index, part in zip(valid, split_rows(embeddings, [i.shape[0] for i in ids]), strict=True):
-                responses[index] = pb_utils.InferenceResponse([pb_utils.Tensor("EMBEDDING", part.astype(np.float32, copy=False))])
+                responses[index] = pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("EMBEDDING", part.astype(np.float32, copy=False))]
+                )
         return responses

@@ -23,7 +23,9 @@ class TritonPythonModel:
         for name, dtype in OUTPUTS.items():
             declared = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, name)["data_type"])
             if np.dtype(declared) != np.dtype(dtype):
-                raise pb_utils.TritonModelException(f"{config['name']}: output {name} must be {dtype}, config says {declared}")
+                raise pb_utils.TritonModelException(
+                    f"{config['name']}: output {name} must be {dtype}, config says {declared}"
+                )
         max_length = int(config["parameters"]["max_sequence_length"]["string_value"])
         tokenizer_file = os.path.join(args["model_repository"], args["model_version"], "tokenizer.json")
         self.tokenizer = TextTokenizer(tokenizer_file, max_length)

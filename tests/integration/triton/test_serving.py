@@ -126,7 +126,10 @@ def test_concurrent_requests_of_different_lengths_batch_together(
     ids=["empty", "whitespace", "invalid-utf8"],
 )
 def test_bad_text_gets_a_clear_error_and_the_server_stays_up(
-    raw: bytes, message: str, grpc_client: grpcclient.InferenceServerClient, http_client: httpclient.InferenceServerClient
+    raw: bytes,
+    message: str,
+    grpc_client: grpcclient.InferenceServerClient,
+    http_client: httpclient.InferenceServerClient,
 ) -> None:
     bad = np.array([[raw]], dtype=object)
     with pytest.raises(InferenceServerException, match=message) as over_grpc:
@@ -174,4 +177,7 @@ def test_very_long_text_is_truncated_and_reported(grpc_client: grpcclient.Infere
 def test_batch_above_max_batch_size_is_refused(grpc_client: grpcclient.InferenceServerClient) -> None:
     with pytest.raises(InferenceServerException, match="batch-size must be <= 64"):
         grpc_embed(grpc_client, text_batch([f"text {i}" for i in range(65)]))
-    assert grpc_embed(grpc_client, text_batch([f"text {i}" for i in range(64)])).as_numpy("EMBEDDING").shape == (64, 384)
+    assert grpc_embed(grpc_client, text_batch([f"text {i}" for i in range(64)])).as_numpy("EMBEDDING").shape == (
+        64,
+        384,
+    )

@@ -14,7 +14,9 @@ from export.pipeline import effective_max_length
 
 def write_pooling(path: Path, **modes: bool) -> Path:
     (path / "1_Pooling").mkdir(parents=True, exist_ok=True)
-    (path / "modules.json").write_text(json.dumps([{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (path / "modules.json").write_text(
+        json.dumps([{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])
+    )
     (path / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 8, **modes}))
     return path
 
@@ -33,7 +35,9 @@ def test_revision_is_stable_across_reads(minilm: Checkpoint) -> None:
     ("modes", "expected"),
     [({"pooling_mode_cls_token": True}, Pooling.CLS), ({"pooling_mode_mean_tokens": True}, Pooling.MEAN)],
 )
-def test_pooling_follows_sentence_transformers_config(tmp_path: Path, modes: dict[str, bool], expected: Pooling) -> None:
+def test_pooling_follows_sentence_transformers_config(
+    tmp_path: Path, modes: dict[str, bool], expected: Pooling
+) -> None:
     assert read_pooling(write_pooling(tmp_path, **modes), hidden_size=8) is expected
 
 
@@ -64,7 +68,7 @@ def test_unknown_hub_id_offline_is_a_clear_error() -> None:
 def test_corrupt_config_is_a_clear_error(tmp_path: Path, minilm: Checkpoint) -> None:
     shutil.copytree(minilm.path, tmp_path / "m")
     (tmp_path / "m" / "config.json").write_text("{not json")
-    with pytest.raises(CheckpointError, match="config.json is not valid JSON"):
+    with pytest.raises(CheckpointError, match=r"config\.json is not valid JSON"):
         resolve_checkpoint(str(tmp_path / "m"))
 
 

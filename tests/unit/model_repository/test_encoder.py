@@ -40,7 +40,11 @@ def test_shape_error_names_both_shapes(ids: np.ndarray, mask: np.ndarray) -> Non
 
 def test_cpu_instances_run_int8_or_fp32_on_the_cpu_provider() -> None:
     plan = encoder.plan_session("CPU", 0, {"cpu_precision": "int8", "intra_op_threads": "3"}, "/tmp/trt")
-    assert (plan.model_file, plan.providers[0][0], plan.intra_op_threads) == ("model_int8.onnx", "CPUExecutionProvider", 3)
+    assert (plan.model_file, plan.providers[0][0], plan.intra_op_threads) == (
+        "model_int8.onnx",
+        "CPUExecutionProvider",
+        3,
+    )
     assert encoder.plan_session("CPU", 0, {"cpu_precision": "fp32"}, "/tmp/trt").model_file == "model.onnx"
     with pytest.raises(ValueError, match="cpu_precision must be one of"):
         encoder.plan_session("CPU", 0, {"cpu_precision": "fp16"}, "/tmp/trt")
@@ -49,7 +53,9 @@ def test_cpu_instances_run_int8_or_fp32_on_the_cpu_provider() -> None:
 def test_default_threads_are_the_cores_this_process_may_use() -> None:
     import os
 
-    assert encoder.plan_session("CPU", 0, {"intra_op_threads": "0"}, "").intra_op_threads == len(os.sched_getaffinity(0))
+    assert encoder.plan_session("CPU", 0, {"intra_op_threads": "0"}, "").intra_op_threads == len(
+        os.sched_getaffinity(0)
+    )
 
 
 def test_gpu_instances_run_fp16_on_cuda_or_tensorrt() -> None:

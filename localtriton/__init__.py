@@ -1,0 +1,1 @@
+"""Run the real tritonserver from the nvidia-pytriton wheel on a model repository."""
