@@ -52,8 +52,11 @@ def _from_hub(repo_id: str) -> Checkpoint:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
+    configs = ["*.json", "*.txt", "*.model"]
     try:
-        path = Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.txt", "*.model", "*.safetensors"]))
+        path = Path(snapshot_download(repo_id, allow_patterns=[*configs, "*.safetensors"]))
+        if not any((path / f).is_file() for f in WEIGHT_FILES):  # older repositories ship only PyTorch pickles
+            path = Path(snapshot_download(repo_id, allow_patterns=[*configs, "pytorch_model.bin"]))
     except (LocalEntryNotFoundError, HfHubHTTPError, OSError, ValueError) as exc:
         raise CheckpointError(
             f"cannot fetch {repo_id!r} from the Hugging Face hub (offline or unknown id): {exc}; "

@@ -130,7 +130,7 @@ def build_variants(checkpoint: Checkpoint, onnx_config: EmbeddingOnnxConfig, sta
     return {
         Precision.FP32: fp32,
         Precision.FP16: to_fp16(fp32, staging / MODEL_FILES[Precision.FP16], checkpoint),
-        Precision.INT8: quantize_int8(fp32, staging / MODEL_FILES[Precision.INT8], checkpoint),
+        Precision.INT8: quantize_int8(fp32, staging / MODEL_FILES[Precision.INT8]),
     }
 
 

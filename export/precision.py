@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import onnx
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.onnx_model import OnnxModel
 from onnxruntime.transformers.optimizer import optimize_model
@@ -16,16 +15,20 @@ log = logging.getLogger(__name__)
 
 
 def optimize_graph(src: Path, checkpoint: Checkpoint, *, use_gpu: bool) -> OnnxModel:
-    """onnxruntime's BERT optimiser: fused attention, skip-layer-norm and GELU."""
+    """onnxruntime's BERT optimiser: fused attention, embedding/skip layer norms and GELU.
+
+    Only the graph-level fusions run here (opt_level 0); the provider-specific
+    ones happen when the serving session loads the graph on its device.
+    """
     model = optimize_model(
         str(src),
         model_type="bert",
         num_heads=checkpoint.num_heads,
         hidden_size=checkpoint.hidden_size,
         use_gpu=use_gpu,
-        opt_level=0 if not use_gpu else 1,
+        opt_level=0,
     )
-    log.info("fused operators (%s): %s", "gpu" if use_gpu else "cpu", model.get_fused_operator_statistics())
+    log.info("fused operators: %s", model.get_fused_operator_statistics())
     return model
 
 
@@ -37,26 +40,21 @@ def to_fp16(src: Path, out: Path, checkpoint: Checkpoint) -> Path:
     return out
 
 
-def quantize_int8(src: Path, out: Path, checkpoint: Checkpoint) -> Path:
-    """Fused graph with per-channel INT8 weights in its MatMuls, for CPU instances.
+def quantize_int8(src: Path, out: Path) -> Path:
+    """Per-channel INT8 weights in the constant-weight MatMuls, activations quantised at run time.
 
-    onnxruntime's default dynamic quantisation (per-tensor, every op) costs too
-    much accuracy on small encoders; per-channel weights of the constant-weight
-    MatMuls only keep the cosine to the reference above 0.96 at about twice
-    the FP32 speed.
+    Measured on all-MiniLM-L6-v2 over 2,000 English and Chinese texts (2 cores):
+    onnxruntime's defaults (per-tensor, every op) fall to a min cosine of 0.86;
+    this keeps min 0.969 / mean 0.991 at 2.6x the FP32 speed. Fusing the graph
+    first was slower: the fused Attention op keeps its QKV projection in FP32,
+    and quantising it as QAttention still lost to plain MatMulInteger kernels.
     """
-    fused = out.with_suffix(".fused.onnx")
-    optimize_graph(src, checkpoint, use_gpu=False).save_model_to_file(str(fused))
-    try:
-        quantize_dynamic(
-            str(fused),
-            str(out),
-            per_channel=True,
-            weight_type=QuantType.QInt8,
-            op_types_to_quantize=["MatMul"],
-            # Fused contrib ops defeat ONNX shape inference; their outputs are float.
-            extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
-        )
-    finally:
-        fused.unlink(missing_ok=True)
+    quantize_dynamic(
+        str(src),
+        str(out),
+        per_channel=True,
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul"],
+        extra_options={"MatMulConstBOnly": True},
+    )
     return out

@@ -112,3 +112,19 @@ def triton_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callabl
     yield start
     for server in started:
         server.stop()
+
+
+def gpu_present() -> bool:
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers() and shutil.which("nvidia-smi") is not None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu` tests run only where a GPU is present (install `.[gpu]` there); elsewhere they are deselected."""
+    if gpu_present():
+        return
+    deselected = [item for item in items if item.get_closest_marker("gpu")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("gpu")]

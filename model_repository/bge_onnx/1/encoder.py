@@ -20,9 +20,11 @@ class SessionPlan:
     intra_op_threads: int
 
 
-def plan_session(kind: str, device_id: int, params: dict[str, str], cache_dir: str) -> SessionPlan:
+def plan_session(
+    kind: str, device_id: int, params: dict[str, str], cache_dir: str, cpu_instances: int = 1
+) -> SessionPlan:
     """KIND_CPU: INT8 (or FP32) on the CPU provider; KIND_GPU: FP16 on CUDA, or TensorRT building FP16 engines."""
-    threads = int(params.get("intra_op_threads", "0")) or default_intra_op_threads()
+    threads = int(params.get("intra_op_threads", "0")) or default_intra_op_threads(cpu_instances)
     if kind == "GPU":
         cuda = ("CUDAExecutionProvider", {"device_id": str(device_id)})
         if params.get("gpu_execution_provider", "cuda") == "tensorrt":
@@ -43,9 +45,10 @@ def plan_session(kind: str, device_id: int, params: dict[str, str], cache_dir: s
     return SessionPlan(CPU_FILES[precision], [("CPUExecutionProvider", {})], threads)
 
 
-def default_intra_op_threads() -> int:
-    """The cores this process may run on (its affinity mask, which containers narrow)."""
-    return max(1, len(os.sched_getaffinity(0)))
+def default_intra_op_threads(cpu_instances: int) -> int:
+    """The cores this process may run on (its affinity mask), shared by the CPU instances
+    so that they do not oversubscribe the cores."""
+    return max(1, len(os.sched_getaffinity(0)) // max(1, cpu_instances))
 
 
 def create_session(model_path: str, plan: SessionPlan) -> ort.InferenceSession:

@@ -23,8 +23,13 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"{config['name']}: EMBEDDING must be TYPE_FP32")
         params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
         version_dir = os.path.join(args["model_repository"], args["model_version"])
+        cpu_instances = sum(int(g.get("count", 1)) for g in config["instance_group"] if g.get("kind") == "KIND_CPU")
         plan = plan_session(
-            args["model_instance_kind"], int(args["model_instance_device_id"]), params, os.path.join(version_dir, "trt")
+            args["model_instance_kind"],
+            int(args["model_instance_device_id"]),
+            params,
+            os.path.join(version_dir, "trt"),
+            cpu_instances,
         )
         self.session = create_session(os.path.join(version_dir, plan.model_file), plan)
         self.dimension = int(output["dims"][-1])

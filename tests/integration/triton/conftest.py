@@ -9,21 +9,30 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.grpc import model_config_pb2 as mc
 
 from export.checkpoint import Checkpoint
 from export.repository import ENCODER, parse, render
 from localtriton.server import TritonProcess
 
 
-def with_cpu_precision(source: Path, dest: Path, precision: str) -> Path:
-    """A hard-linked copy of `source` whose encoder runs the `precision` graph."""
+def with_encoder_config(source: Path, dest: Path, change: Callable[[mc.ModelConfig], None]) -> Path:
+    """A hard-linked copy of `source` whose encoder config is changed by `change`."""
     shutil.copytree(source, dest, copy_function=os.link)
     config_file = dest / ENCODER / "config.pbtxt"
     config = parse(config_file.read_text())
-    config.parameters["cpu_precision"].string_value = precision
+    change(config)
     config_file.unlink()  # a hard link: do not write through to the source
     config_file.write_text(render(config))
     return dest
+
+
+def run_fp32(config: mc.ModelConfig) -> None:
+    config.parameters["cpu_precision"].string_value = "fp32"
+
+
+def run_on_gpu(config: mc.ModelConfig) -> None:
+    config.instance_group[0].kind = mc.ModelInstanceGroup.KIND_GPU
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +45,7 @@ def triton(minilm_repository: Path, triton_factory: Callable[[Path], TritonProce
 def triton_fp32(
     minilm_repository: Path, triton_factory: Callable[[Path], TritonProcess], tmp_path_factory: pytest.TempPathFactory
 ) -> TritonProcess:
-    repository = with_cpu_precision(minilm_repository, tmp_path_factory.mktemp("fp32") / "repo", "fp32")
+    repository = with_encoder_config(minilm_repository, tmp_path_factory.mktemp("fp32") / "repo", run_fp32)
     return triton_factory(repository)
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -50,12 +52,10 @@ def test_cpu_instances_run_int8_or_fp32_on_the_cpu_provider() -> None:
         encoder.plan_session("CPU", 0, {"cpu_precision": "fp16"}, "/tmp/trt")
 
 
-def test_default_threads_are_the_cores_this_process_may_use() -> None:
-    import os
-
-    assert encoder.plan_session("CPU", 0, {"intra_op_threads": "0"}, "").intra_op_threads == len(
-        os.sched_getaffinity(0)
-    )
+def test_default_threads_share_the_cores_this_process_may_use() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert encoder.plan_session("CPU", 0, {"intra_op_threads": "0"}, "").intra_op_threads == cores
+    assert encoder.plan_session("CPU", 0, {}, "", cpu_instances=cores * 2).intra_op_threads == 1
 
 
 def test_gpu_instances_run_fp16_on_cuda_or_tensorrt() -> None:
