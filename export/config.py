@@ -56,8 +56,10 @@ class EmbeddingOnnxConfig:
     # Positions a tokenizer may not use (RoBERTa-style models start at pad_id + 1).
     position_offset: int = 0
     opset: int = 17
-    inputs: tuple[str, ...] = ("input_ids", "attention_mask")
-    output: str = "embedding"
+    # The graph's tensors carry the Triton tensor names, so the python-backend
+    # and the native onnxruntime configs share one ensemble.
+    inputs: tuple[str, ...] = ("INPUT_IDS", "ATTENTION_MASK")
+    output: str = "EMBEDDING"
     tolerances: dict[Precision, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
 
     @property

@@ -84,8 +84,8 @@ def onnx_embeddings(
     for start in range(0, len(texts), batch_size):
         encodings = tokenizer.encode_batch(list(texts[start : start + batch_size]))
         feeds = {
-            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            "INPUT_IDS": np.array([e.ids for e in encodings], dtype=np.int64),
+            "ATTENTION_MASK": np.array([e.attention_mask for e in encodings], dtype=np.int64),
         }
         chunks.append(np.asarray(session.run(None, feeds)[0], dtype=np.float32))
     return np.concatenate(chunks)

@@ -112,8 +112,7 @@ def native_encoder_config(model: ServedModel) -> mc.ModelConfig:
     )
     # The native backend needs equal shapes in a batch, so no ragged batching here.
     config.input.extend(_token_tensors(ragged=False))
-    config.input[0].name, config.input[1].name = "input_ids", "attention_mask"
-    config.output.append(mc.ModelOutput(name="embedding", data_type=mc.TYPE_FP32, dims=[model.dimension]))
+    config.output.append(mc.ModelOutput(name="EMBEDDING", data_type=mc.TYPE_FP32, dims=[model.dimension]))
     config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_GPU, count=1))
     config.dynamic_batching.preferred_batch_size.extend(PREFERRED_BATCH_SIZES)
     config.dynamic_batching.max_queue_delay_microseconds = MAX_QUEUE_DELAY_US
@@ -122,13 +121,13 @@ def native_encoder_config(model: ServedModel) -> mc.ModelConfig:
         {"precision_mode": "FP16", "max_workspace_size_bytes": str(2 << 30), "trt_engine_cache_enable": "1"}
     )
     _params(config, _model_params(model))
-    _add_token_warmup(config, names=("input_ids", "attention_mask"))
+    _add_token_warmup(config)
     return config
 
 
-def _add_token_warmup(config: mc.ModelConfig, names: tuple[str, str] = ("INPUT_IDS", "ATTENTION_MASK")) -> None:
+def _add_token_warmup(config: mc.ModelConfig) -> None:
     warmup = config.model_warmup.add(name=f"batch8_len{WARMUP_TOKENS}", batch_size=8)
-    for name in names:
+    for name in ("INPUT_IDS", "ATTENTION_MASK"):
         # Token id 0 is in every vocabulary; an all-zero mask still runs every kernel.
         warmup.inputs[name].CopyFrom(
             mc.ModelWarmup.Input(data_type=mc.TYPE_INT64, dims=[WARMUP_TOKENS], zero_data=True)

@@ -55,7 +55,7 @@ class TritonPythonModel:
             valid.append(index)
         if valid:
             input_ids, attention_mask = stack_ragged(ids, masks)
-            (embeddings,) = self.session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+            (embeddings,) = self.session.run(None, {"INPUT_IDS": input_ids, "ATTENTION_MASK": attention_mask})
             for index, part in zip(valid, split_rows(embeddings, [i.shape[0] for i in ids]), strict=True):
                 responses[index] = pb_utils.InferenceResponse(
                     [pb_utils.Tensor("EMBEDDING", part.astype(np.float32, copy=False))]

@@ -61,6 +61,7 @@ def test_graph_has_dynamic_axes_pooling_and_passes_the_checker(tiny_export: tupl
     model = onnx.load(str(tiny_export[0] / "bge_onnx" / "1" / "model.onnx"))
     onnx.checker.check_model(model, full_check=True)
     assert max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) >= 17
+    assert [i.name for i in model.graph.input] == ["INPUT_IDS", "ATTENTION_MASK"]
     for graph_input in model.graph.input:
         dims = [d.dim_param for d in graph_input.type.tensor_type.shape.dim]
         assert dims == ["batch", "sequence"]

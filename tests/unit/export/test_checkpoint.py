@@ -86,8 +86,8 @@ def test_unknown_architecture_is_refused() -> None:
 def test_export_configs_use_opset_17_or_newer_with_dynamic_axes() -> None:
     for config in ONNX_CONFIGS.values():
         assert config.opset >= 17
-        assert config.dynamic_axes["input_ids"] == {0: "batch", 1: "sequence"}
-        assert config.dynamic_axes["embedding"] == {0: "batch"}
+        assert config.dynamic_axes["INPUT_IDS"] == {0: "batch", 1: "sequence"}
+        assert config.dynamic_axes["EMBEDDING"] == {0: "batch"}
 
 
 def test_max_length_is_capped_by_position_embeddings(minilm: Checkpoint) -> None:

@@ -64,7 +64,12 @@ def test_encoder_batches_ragged_requests_with_warmup(minilm: Checkpoint) -> None
 
 
 def test_native_variant_uses_tensorrt_fp16_on_gpu(minilm: Checkpoint) -> None:
-    config = parse(rendered_configs(default_model(minilm))["bge_onnx/configs/onnxruntime_gpu.pbtxt"])
+    configs = rendered_configs(default_model(minilm))
+    config = parse(configs["bge_onnx/configs/onnxruntime_gpu.pbtxt"])
+    python_backend = parse(configs["bge_onnx/config.pbtxt"])
+    # Same tensors as the python-backend config, so the one `bge` ensemble serves either.
+    assert [(t.name, t.data_type) for t in config.input] == [(t.name, t.data_type) for t in python_backend.input]
+    assert [(t.name, list(t.dims)) for t in config.output] == [(t.name, list(t.dims)) for t in python_backend.output]
     assert config.platform == "onnxruntime_onnx" and config.default_model_filename == "model.onnx"
     (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
     assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
