@@ -15,9 +15,21 @@ from export.checkpoint import Checkpoint, resolve_checkpoint
 from export.pipeline import main_export
 from localtriton.server import TritonProcess
 
+pytest_plugins = ["tests.redis_fixtures"]
+
 ROOT = Path(__file__).resolve().parent.parent
 TRACKED_REPOSITORY = ROOT / "model_repository"
-GATEWAY_VARIABLES = ("MODEL", "TRITON_URL", "TRITON_HTTP_PORT", "TRITON_GRPC_PORT", "TRITON_METRICS_PORT")
+GATEWAY_VARIABLES = (
+    "MODEL",
+    "TRITON_URL",
+    "TRITON_HTTP_PORT",
+    "TRITON_GRPC_PORT",
+    "TRITON_METRICS_PORT",
+    "REDIS_URL",
+    "GATEWAY_API_KEYS",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "EMBEDDING_CACHE_MB",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,1 @@
+"""The gateway: REST (FastAPI) and gRPC front ends over one service layer."""

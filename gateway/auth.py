@@ -1,0 +1,37 @@
+"""Bearer API keys, shared by the REST middleware and the gRPC interceptor."""
+
+from __future__ import annotations
+
+import hmac
+
+from gateway.errors import AuthenticationError
+
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class ApiKeyVerifier:
+    """Checks `Authorization: Bearer <key>` against the configured keys in constant time.
+
+    With no keys configured every caller passes. Error messages never echo the key.
+    """
+
+    def __init__(self, keys: list[bytes]) -> None:
+        self._keys = keys
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._keys)
+
+    def verify(self, authorization: str | None) -> None:
+        if not self._keys:
+            return
+        if not authorization:
+            raise AuthenticationError("missing API key: send the header 'Authorization: Bearer <key>'")
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthenticationError("malformed Authorization header: expected 'Bearer <key>'")
+        presented = token.strip().encode()
+        # Compare against every key so the time taken does not tell which one nearly matched.
+        matches = [hmac.compare_digest(presented, key) for key in self._keys]
+        if not any(matches):
+            raise AuthenticationError("invalid API key")

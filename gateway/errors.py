@@ -1,0 +1,124 @@
+"""Every error the gateway answers with, and the only place they become HTTP responses.
+
+    GatewayError                      500 server_error
+    ├── InvalidRequestError           400 invalid_request_error
+    │   └── InputTooLongError         400 (truncate: false and a text above the model's max tokens)
+    ├── AuthenticationError           401 authentication_error
+    ├── NotFoundError                 404 not_found_error
+    ├── PayloadTooLargeError          413 invalid_request_error
+    ├── OverloadedError               429 rate_limit_error (+ Retry-After)
+    ├── UpstreamError                 502 upstream_error
+    │   ├── UpstreamUnavailableError  503 service_unavailable
+    │   └── UpstreamTimeoutError      504 timeout
+    └── (each upstream module derives its own base from these, e.g. TritonUnavailableError)
+
+Body shape (OpenAI): {"error": {"message", "type", "param", "code"}}.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class GatewayError(Exception):
+    status_code: ClassVar[int] = 500
+    type: ClassVar[str] = "server_error"
+    code: ClassVar[str | None] = None
+
+    def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+class InvalidRequestError(GatewayError):
+    status_code = 400
+    type = "invalid_request_error"
+
+
+class InputTooLongError(InvalidRequestError):
+    code = "context_length_exceeded"
+
+
+class AuthenticationError(GatewayError):
+    status_code = 401
+    type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class NotFoundError(GatewayError):
+    status_code = 404
+    type = "not_found_error"
+
+
+class PayloadTooLargeError(GatewayError):
+    status_code = 413
+    type = "invalid_request_error"
+    code = "payload_too_large"
+
+
+class OverloadedError(GatewayError):
+    status_code = 429
+    type = "rate_limit_error"
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after)})
+
+
+class UpstreamError(GatewayError):
+    status_code = 502
+    type = "upstream_error"
+
+
+class UpstreamUnavailableError(UpstreamError):
+    status_code = 503
+    type = "service_unavailable"
+
+
+class UpstreamTimeoutError(UpstreamError):
+    status_code = 504
+    type = "timeout"
+
+
+def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, GatewayError)
+    return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {}
+    location = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = ".".join(location) or None
+    message = f"{param}: {first.get('msg', 'invalid request')}" if param else str(first.get("msg", "invalid request"))
+    return JSONResponse(error_body(message, InvalidRequestError.type, param), status_code=400)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    type_ = NotFoundError.type if exc.status_code == 404 else InvalidRequestError.type
+    if exc.status_code >= 500:
+        type_ = GatewayError.type
+    return JSONResponse(
+        error_body(str(exc.detail), type_), status_code=exc.status_code, headers=getattr(exc, "headers", None)
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -1,0 +1,42 @@
+"""Every metric the gateway exports, declared once (prefix `gateway_`, Prometheus suffixes).
+
+`http_requests_in_flight` keeps its contract name: the autoscaler reads it.
+Failure counters carry a bounded `reason` label.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+
+HTTP_IN_FLIGHT = Gauge("http_requests_in_flight", "HTTP requests being served now (the autoscaling signal).")
+HTTP_LATENCY = Histogram(
+    "gateway_http_request_duration_seconds",
+    "HTTP request latency by route template and status.",
+    ["method", "route", "status"],
+    buckets=LATENCY_BUCKETS,
+)
+GRPC_LATENCY = Histogram(
+    "gateway_grpc_request_duration_seconds", "gRPC call latency by method and code.", ["method", "code"],
+    buckets=LATENCY_BUCKETS,
+)
+REQUESTS_SHED = Counter("gateway_requests_shed_total", "Requests refused with 429 because the in-flight limit was full.")
+
+CACHE_LOOKUPS = Counter(
+    "gateway_cache_lookups_total", "Cache lookups per text by cache and result.", ["cache", "result"]
+)  # result: hit | miss
+CACHE_ERRORS = Counter(
+    "gateway_cache_errors_total", "Cache store failures (served without the cache).", ["cache", "operation"]
+)  # operation: get | set
+
+TRITON_LATENCY = Histogram(
+    "gateway_triton_request_duration_seconds", "Latency of one Triton inference call.", buckets=LATENCY_BUCKETS
+)
+TRITON_ERRORS = Counter("gateway_triton_errors_total", "Failed Triton calls by reason.", ["reason"])
+# reason: unavailable | timeout | invalid | error
+EMBEDDING_BATCH_SIZE = Histogram(
+    "gateway_embedding_batch_size", "Texts per Triton call (after cache hits are removed).", buckets=BATCH_BUCKETS
+)
+EMBEDDING_TEXTS_TRUNCATED = Counter("gateway_embedding_texts_truncated_total", "Texts cut at the model's max tokens.")

@@ -1,0 +1,113 @@
+"""Configuration from the environment: one settings class per concern.
+
+No other module reads `os.environ`. Every field states its unit and trade-off;
+the Helm chart's values map 1:1 to these variables.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
+
+    host: str = Field("0.0.0.0", description="Address both servers bind to.")
+    http_port: int = Field(8080, description="REST (FastAPI) port.")
+    grpc_port: int = Field(50051, description="gRPC port (package gateway.v1).")
+    shutdown_grace_seconds: float = Field(
+        20.0, description="On SIGTERM, seconds in-flight requests get to finish before they are cut off."
+    )
+    log_level: str = Field("INFO", description="Log level of the JSON logs.")
+
+
+class TritonSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRITON_", frozen=True)
+
+    url: str = Field("127.0.0.1:8001", description="Triton's gRPC address (host:port).")
+    model: str = Field("bge", description="Ensemble that maps TEXT to EMBEDDING.")
+    timeout_seconds: float = Field(
+        30.0, description="Deadline of one Triton call; longer waits fail with 504 instead of piling up."
+    )
+    ready_timeout_seconds: float = Field(1.0, description="Deadline of the readiness probe's call to Triton.")
+
+
+class AuthSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
+
+    api_keys: SecretStr | None = Field(
+        None, description="Comma-separated bearer keys. Unset: every route is open (a warning is logged at start)."
+    )
+
+    def keys(self) -> list[bytes]:
+        if self.api_keys is None:
+            return []
+        return [k.strip().encode() for k in self.api_keys.get_secret_value().split(",") if k.strip()]
+
+
+class LimitSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
+
+    max_texts_per_request: int = Field(
+        2048, description="Texts in one embeddings request; larger batches are split for Triton anyway."
+    )
+    max_text_chars: int = Field(
+        100_000, description="Characters per text; the model reads only its first max tokens of each text."
+    )
+    max_body_bytes: int = Field(8 * 1024 * 1024, description="Request body size; larger bodies get 413 unread.")
+    request_timeout_seconds: float = Field(60.0, description="Whole-request deadline; past it the client gets 504.")
+    max_in_flight: int = Field(
+        256,
+        description="Requests served at once. Above it, requests are refused with 429 + Retry-After at once "
+        "(load shedding) instead of queuing without bound.",
+    )
+
+
+class CacheSettings(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True)
+
+    redis_url: SecretStr | None = Field(
+        None,
+        validation_alias="REDIS_URL",
+        description="Redis for caches shared by all replicas; unset: in-process memory. May hold a password.",
+    )
+    embedding_cache_mb: float = Field(
+        256.0,
+        validation_alias="EMBEDDING_CACHE_MB",
+        description="Bound of the in-process embedding cache (least recently used entries go first); 0 disables it.",
+    )
+    embedding_cache_ttl_seconds: int = Field(
+        7 * 24 * 3600,
+        validation_alias="EMBEDDING_CACHE_TTL_SECONDS",
+        description="Lifetime of a vector in Redis. Keys carry the model revision, so this only bounds memory.",
+    )
+    redis_timeout_seconds: float = Field(
+        0.25,
+        validation_alias="REDIS_TIMEOUT_SECONDS",
+        description="Socket timeout of cache calls; a slow Redis degrades to cache misses, never to slow answers.",
+    )
+
+
+class ObservabilitySettings(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True)
+
+    otlp_endpoint: str | None = Field(
+        None,
+        validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+        description="OTLP collector; set it to turn tracing on.",
+    )
+    service_name: str = Field("ai-gateway", validation_alias="OTEL_SERVICE_NAME", description="Service name in traces.")
+
+
+class Settings(BaseSettings):
+    """Everything the gateway reads from its environment."""
+
+    model_config = SettingsConfigDict(frozen=True)
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    triton: TritonSettings = Field(default_factory=TritonSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
