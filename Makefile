@@ -12,7 +12,10 @@ REPOSITORY := model_repository
 EXPORTED := $(REPOSITORY)/bge_onnx/1/model_int8.onnx
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: help setup export triton up down test test-fast lint typecheck check clean
+GATEWAY_HTTP_PORT ?= 8080
+PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
+
+.PHONY: help setup proto export triton gateway up down test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,7 +26,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
-setup: $(STAMP) ## create .venv and install the pinned dependencies
+setup: $(STAMP) $(PROTO_OUT) ## create .venv, install the pinned dependencies, generate the gRPC code
+
+$(PROTO_OUT): gateway/grpc/proto/gateway/v1/gateway.proto | $(STAMP)
+	$(PY) -m gateway.grpc.codegen
+
+proto: $(STAMP) ## generate the gRPC code from gateway/grpc/proto (grpcio-tools)
+	$(PY) -m gateway.grpc.codegen
 
 export: $(STAMP) ## export MODEL (hub id or directory; default all-MiniLM-L6-v2) into model_repository/
 	$(PY) -m export --model "$(MODEL)" --repository $(REPOSITORY) --max-length $(MAX_LENGTH)
@@ -34,23 +43,40 @@ $(EXPORTED): | $(STAMP)
 triton: $(EXPORTED) ## run Triton in the foreground (ports: TRITON_HTTP_PORT/GRPC_PORT/METRICS_PORT)
 	$(PY) -m localtriton serve --repository $(REPOSITORY)
 
-up: $(EXPORTED) ## set up, export the default model if missing, start Triton in the background
+gateway: $(EXPORTED) $(PROTO_OUT) ## run the gateway in the foreground (Triton must be running)
+	$(PY) -m gateway
+
+up: $(EXPORTED) $(PROTO_OUT) ## set up, export the default model if missing, start Triton and the gateway in the background
 	$(PY) -m localtriton start --repository $(REPOSITORY)
+	@mkdir -p .run
+	@if [ -f .run/gateway.pid ] && kill -0 "$$(cat .run/gateway.pid)" 2>/dev/null; then \
+		echo "gateway already running (pid $$(cat .run/gateway.pid))"; \
+	else \
+		TRITON_URL="$${TRITON_URL:-127.0.0.1:$${TRITON_GRPC_PORT:-8001}}" setsid $(PY) -m gateway >> .run/gateway.log 2>&1 & \
+		echo $$! > .run/gateway.pid; \
+	fi
+	@$(PY) -m localtriton wait --url http://127.0.0.1:$(GATEWAY_HTTP_PORT)/readyz --timeout 60 || \
+		{ echo "gateway not ready: see .run/gateway.log"; exit 1; }
+	@echo "gateway ready: http://127.0.0.1:$(GATEWAY_HTTP_PORT) (REST, /docs, /metrics) grpc://127.0.0.1:$${GATEWAY_GRPC_PORT:-50051} (log .run/gateway.log)"
 
 down: ## stop what `make up` started
+	@if [ -f .run/gateway.pid ] && kill -0 "$$(cat .run/gateway.pid)" 2>/dev/null; then \
+		kill -TERM "$$(cat .run/gateway.pid)"; \
+		while kill -0 "$$(cat .run/gateway.pid)" 2>/dev/null; do sleep 0.2; done; echo "gateway stopped"; \
+	fi; rm -f .run/gateway.pid
 	@if [ -x $(PY) ]; then $(PY) -m localtriton stop; fi
 
-test: $(STAMP) ## the whole suite: real export, real Triton
+test: $(STAMP) $(PROTO_OUT) ## the whole suite: real export, real Triton
 	$(PY) -m pytest
 
-test-fast: $(STAMP) ## unit tests only
+test-fast: $(STAMP) $(PROTO_OUT) ## unit tests only
 	$(PY) -m pytest -m "not slow"
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) $(PROTO_OUT) ## ruff
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
-typecheck: $(STAMP) ## mypy --strict
+typecheck: $(STAMP) $(PROTO_OUT) ## mypy --strict
 	$(PY) -m mypy
 
 check: $(STAMP) ## format, typecheck, lint
@@ -59,5 +85,5 @@ check: $(STAMP) ## format, typecheck, lint
 	$(PY) -m ruff check .
 
 clean: down ## remove the venv, generated models and run state
-	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache gateway/grpc/pb
 	rm -f $(REPOSITORY)/bge_onnx/1/*.onnx $(REPOSITORY)/bge_onnx/1/parity.json $(REPOSITORY)/bge_tokenizer/1/tokenizer.json

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hmac
 
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
 from gateway.errors import AuthenticationError
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -35,3 +38,22 @@ class ApiKeyVerifier:
         matches = [hmac.compare_digest(presented, key) for key in self._keys]
         if not any(matches):
             raise AuthenticationError("invalid API key")
+
+
+class ApiKeyMiddleware:
+    """Pure ASGI: every HTTP route but the public probes needs a valid key when keys are configured."""
+
+    def __init__(self, app: ASGIApp, verifier: ApiKeyVerifier) -> None:
+        self.app = app
+        self.verifier = verifier
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.verifier.enabled and scope["path"] not in PUBLIC_PATHS:
+            header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+            try:
+                self.verifier.verify(header)
+            except AuthenticationError as exc:
+                response = JSONResponse(exc.body(), status_code=exc.status_code, headers={"WWW-Authenticate": "Bearer"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -17,12 +17,15 @@ Body shape (OpenAI): {"error": {"message", "type", "param", "code"}}.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
 
 
 class GatewayError(Exception):
@@ -118,7 +121,13 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error", exc_info=exc)
+    return JSONResponse(error_body("internal error", GatewayError.type), status_code=500)
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(Exception, _unexpected_error)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -19,10 +19,14 @@ HTTP_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 GRPC_LATENCY = Histogram(
-    "gateway_grpc_request_duration_seconds", "gRPC call latency by method and code.", ["method", "code"],
+    "gateway_grpc_request_duration_seconds",
+    "gRPC call latency by method and code.",
+    ["method", "code"],
     buckets=LATENCY_BUCKETS,
 )
-REQUESTS_SHED = Counter("gateway_requests_shed_total", "Requests refused with 429 because the in-flight limit was full.")
+REQUESTS_SHED = Counter(
+    "gateway_requests_shed_total", "Requests refused with 429 because the in-flight limit was full."
+)
 
 CACHE_LOOKUPS = Counter(
     "gateway_cache_lookups_total", "Cache lookups per text by cache and result.", ["cache", "result"]

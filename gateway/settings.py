@@ -65,7 +65,7 @@ class LimitSettings(BaseSettings):
 
 
 class CacheSettings(BaseSettings):
-    model_config = SettingsConfigDict(frozen=True)
+    model_config = SettingsConfigDict(frozen=True, populate_by_name=True)
 
     redis_url: SecretStr | None = Field(
         None,
@@ -90,7 +90,7 @@ class CacheSettings(BaseSettings):
 
 
 class ObservabilitySettings(BaseSettings):
-    model_config = SettingsConfigDict(frozen=True)
+    model_config = SettingsConfigDict(frozen=True, populate_by_name=True)
 
     otlp_endpoint: str | None = Field(
         None,

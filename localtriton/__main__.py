@@ -2,7 +2,8 @@
 
 serve  runs in the foreground until Ctrl-C / SIGTERM;
 start  runs it in the background (pid and log under --state-dir) and returns once it is ready;
-stop   stops the background server.
+stop   stops the background server;
+wait   waits until --url answers 200 (used by `make up` for the gateway).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from localtriton.server import (
     TritonProcess,
     TritonStartError,
     terminate,
+    wait_for_http_ok,
 )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m localtriton", description=__doc__)
-    parser.add_argument("action", choices=["serve", "start", "stop"])
+    parser.add_argument("action", choices=["serve", "start", "stop", "wait"])
+    parser.add_argument("--url", help="for wait: the URL that must answer 200")
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--host", default=os.environ.get("TRITON_HOST", "127.0.0.1"))
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("TRITON_HTTP_PORT", DEFAULT_HTTP_PORT)))
@@ -44,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     pid_file = args.state_dir / "triton.pid"
     if args.action == "stop":
         return stop(pid_file)
+    if args.action == "wait":
+        try:
+            wait_for_http_ok(args.url, args.timeout)
+        except TritonStartError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        return 0
     server = TritonProcess(
         repository=args.repository,
         host=args.host,

@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +63,7 @@ class TritonProcess:
     host: str = "127.0.0.1"
     dist_dir: Path = Path(".run/tritonserver")
     log_path: Path | None = None
+    exit_timeout_seconds: int = 30  # how long a stopping server waits for in-flight requests and connections
     extra_args: tuple[str, ...] = ()
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
@@ -93,6 +95,7 @@ class TritonProcess:
             "--allow-gpu-metrics=false",
             "--strict-readiness=true",
             "--exit-on-error=true",
+            f"--exit-timeout-secs={self.exit_timeout_seconds}",
             *self.extra_args,
         ]
 
@@ -122,19 +125,16 @@ class TritonProcess:
 
     def wait_ready(self, timeout: float = 180.0) -> None:
         """Block until `/v2/health/ready` answers 200; raise with the log tail otherwise."""
-        deadline = time.monotonic() + timeout
-        url = f"http://{self.http_url}/v2/health/ready"
-        while time.monotonic() < deadline:
+
+        def exited() -> str | None:
             if self._process is not None and self._process.poll() is not None:
-                raise TritonStartError(f"tritonserver exited with {self._process.returncode}\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.25)
-        raise TritonStartError(f"tritonserver not ready after {timeout:.0f} s\n{self.log_tail()}")
+                return f"tritonserver exited with {self._process.returncode}\n{self.log_tail()}"
+            return None
+
+        try:
+            wait_for_http_ok(f"http://{self.http_url}/v2/health/ready", timeout, give_up=exited)
+        except TritonStartError as exc:
+            raise TritonStartError(f"{exc}\n{self.log_tail()}") from None
 
     def wait(self) -> int:
         """Block until the server exits; return its exit code."""
@@ -147,12 +147,29 @@ class TritonProcess:
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self) -> None:
         if self._process is None:
             return
-        terminate(self._process.pid, timeout)
+        terminate(self._process.pid, self.exit_timeout_seconds + 5.0)
         self._process.wait(timeout=5)
         self._process = None
+
+
+def wait_for_http_ok(url: str, timeout: float, give_up: Callable[[], str | None] = lambda: None) -> None:
+    """Poll `url` until it answers 200; `give_up` may end the wait early with a reason."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reason = give_up()
+        if reason:
+            raise TritonStartError(reason)
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    raise TritonStartError(f"{url} not ready after {timeout:.0f} s")
 
 
 def terminate(pid: int, timeout: float = 30.0) -> None:

@@ -115,6 +115,7 @@ def triton_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callabl
             metrics_port=free_port(),
             dist_dir=ROOT / ".run" / "tritonserver",
             log_path=state / f"triton-{len(started)}.log",
+            exit_timeout_seconds=3,
         )
         server.start()
         started.append(server)

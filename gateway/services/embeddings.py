@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from functools import partial
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from gateway import metrics
+from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache, embedding_key
+from gateway.errors import InputTooLongError, InvalidRequestError, NotFoundError
+from gateway.settings import LimitSettings
+from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
+
 CacheOutcome = Literal["hit", "miss", "partial"]
+ENSEMBLE_ALIAS = "bge"
 
 
 @dataclass(frozen=True)
@@ -18,3 +28,127 @@ class EmbeddingResult:
     prompt_tokens: int  # tokens the model saw, special tokens included
     truncated_texts: int  # texts cut at the model's maximum length
     cache: CacheOutcome
+
+
+class Embedder(Protocol):
+    """What the service needs from Triton (`gateway.upstreams.triton.TritonClient`)."""
+
+    async def model_info(self, *, refresh: bool = False) -> ModelInfo: ...
+
+    async def embed(self, texts: list[str]) -> TritonEmbeddings: ...
+
+    async def ready(self) -> bool: ...
+
+
+class EmbeddingService:
+    """Serves embeddings from the cache where it can and computes the rest in one Triton call.
+
+    Identical texts, inside one request or across concurrent requests, are
+    computed once (single flight).
+    """
+
+    def __init__(self, embedder: Embedder, cache: EmbeddingCache | None, limits: LimitSettings) -> None:
+        self._embedder = embedder
+        self._cache = cache
+        self._limits = limits
+        self._in_flight: dict[str, asyncio.Task[dict[str, CachedEmbedding]]] = {}
+
+    async def ready(self) -> bool:
+        return await self._embedder.ready()
+
+    async def cache_ready(self) -> bool | None:
+        """None when no cache is configured."""
+        return None if self._cache is None else await self._cache.ping()
+
+    async def embed(
+        self, texts: Sequence[str], *, model: str | None = None, truncate: bool = True, use_cache: bool = True
+    ) -> EmbeddingResult:
+        self._validate(texts)
+        info = await self._embedder.model_info()
+        check_model(model, info)
+        cached: list[CachedEmbedding | None] = [None] * len(texts)
+        if use_cache and self._cache is not None:
+            cached = await self._cache.get_many(info.name, info.revision, list(texts))
+        misses = sorted({text for text, entry in zip(texts, cached, strict=True) if entry is None})
+        computed = await self._compute(info, misses) if misses else {}
+        entries = [entry or computed[text] for text, entry in zip(texts, cached, strict=True)]
+        if not truncate:
+            refuse_truncated(entries, info)
+        hits = sum(entry is not None for entry in cached)
+        truncated = sum(e.truncated for e in entries)
+        metrics.EMBEDDING_TEXTS_TRUNCATED.inc(truncated)
+        return EmbeddingResult(
+            vectors=np.stack([e.vector for e in entries]),
+            model=info.name,
+            prompt_tokens=sum(e.token_count for e in entries),
+            truncated_texts=truncated,
+            cache="hit" if hits == len(texts) else "miss" if hits == 0 else "partial",
+        )
+
+    def _validate(self, texts: Sequence[str]) -> None:
+        limits = self._limits
+        if not texts:
+            raise InvalidRequestError("input must contain at least one text", param="input")
+        if len(texts) > limits.max_texts_per_request:
+            raise InvalidRequestError(
+                f"input has {len(texts)} texts; the maximum is {limits.max_texts_per_request}", param="input"
+            )
+        for index, text in enumerate(texts):
+            if not text.strip():
+                raise InvalidRequestError(f"input[{index}] is empty or only whitespace", param="input")
+            if len(text) > limits.max_text_chars:
+                raise InvalidRequestError(
+                    f"input[{index}] has {len(text)} characters; the maximum is {limits.max_text_chars}", param="input"
+                )
+
+    async def _compute(self, info: ModelInfo, texts: list[str]) -> dict[str, CachedEmbedding]:
+        """Embed distinct `texts`; join calls already computing some of them instead of repeating them.
+
+        The Triton call runs in its own task, so a client that goes away does not
+        cancel it for the concurrent requests waiting on the same texts.
+        """
+        keys = {text: embedding_key(info.name, info.revision, text) for text in texts}
+        tasks = {self._in_flight[key] for key in keys.values() if key in self._in_flight}
+        leading = [text for text in texts if keys[text] not in self._in_flight]
+        if leading:
+            task = asyncio.create_task(self._call_triton(info, leading))
+            for text in leading:
+                self._in_flight[keys[text]] = task
+            task.add_done_callback(partial(self._forget, [keys[text] for text in leading]))
+            tasks.add(task)
+        batches = await asyncio.gather(*(asyncio.shield(task) for task in tasks))
+        return {text: batch[text] for batch in batches for text in batch if text in keys}
+
+    def _forget(self, keys: list[str], task: asyncio.Task[dict[str, CachedEmbedding]]) -> None:
+        for key in keys:
+            if self._in_flight.get(key) is task:
+                del self._in_flight[key]
+        if not task.cancelled():
+            task.exception()  # retrieved here: waiting requests re-raise it, nobody else must log it
+
+    async def _call_triton(self, info: ModelInfo, texts: list[str]) -> dict[str, CachedEmbedding]:
+        result = await self._embedder.embed(texts)
+        entries = [
+            CachedEmbedding(vector=vector, token_count=int(count), truncated=bool(cut))
+            for vector, count, cut in zip(result.vectors, result.token_counts, result.truncated, strict=True)
+        ]
+        if self._cache is not None:
+            await self._cache.put_many(info.name, info.revision, texts, entries)
+        return dict(zip(texts, entries, strict=True))
+
+
+def check_model(requested: str | None, info: ModelInfo) -> None:
+    if requested and requested not in (ENSEMBLE_ALIAS, info.name):
+        raise NotFoundError(
+            f"model {requested!r} is not served here; use {info.name!r} or {ENSEMBLE_ALIAS!r}", param="model"
+        )
+
+
+def refuse_truncated(entries: list[CachedEmbedding], info: ModelInfo) -> None:
+    for index, entry in enumerate(entries):
+        if entry.truncated:
+            raise InputTooLongError(
+                f"input[{index}] is longer than the model's maximum of {info.max_sequence_length} tokens; "
+                "shorten it or send truncate: true",
+                param="input",
+            )

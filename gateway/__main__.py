@@ -1,0 +1,59 @@
+"""`python -m gateway`: the REST server (uvicorn) and the gRPC server in one process; nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+from gateway.app import create_app
+from gateway.observability import configure_logging
+from gateway.settings import Settings
+from gateway.tracing import configure_tracing
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn, plus: on SIGTERM/SIGINT the gRPC server stops accepting at the same moment as HTTP.
+
+    In-flight HTTP requests and gRPC calls then get the grace period to finish.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI, grace_seconds: float) -> None:
+        super().__init__(config)
+        self._app = app
+        self._grace = grace_seconds
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        grpc_server = getattr(self._app.state, "grpc", None)
+        if grpc_server is not None and self._loop is not None:
+            stop = grpc_server.stop
+            self._loop.call_soon_threadsafe(lambda: self._loop.create_task(stop(self._grace)))  # type: ignore[union-attr]
+        super().handle_exit(sig, frame)
+
+
+def main() -> None:
+    settings = Settings()
+    configure_logging(settings.server.log_level)
+    configure_tracing(settings.observability)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.server.host,
+        port=settings.server.http_port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.server.shutdown_grace_seconds),
+    )
+    GatewayServer(config, app, settings.server.shutdown_grace_seconds).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""`create_app(settings)`: the FastAPI app; its lifespan opens the upstream clients and the gRPC server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+
+from gateway.auth import ApiKeyMiddleware, ApiKeyVerifier
+from gateway.cache.embeddings import EmbeddingCache
+from gateway.cache.stores import build_store
+from gateway.errors import install_error_handlers
+from gateway.grpc.server import create_grpc_server
+from gateway.limits import LimitsMiddleware
+from gateway.observability import RequestContextMiddleware
+from gateway.routes import embeddings, health
+from gateway.services.embeddings import Embedder, EmbeddingService
+from gateway.settings import Settings
+from gateway.upstreams.triton import TritonClient
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
+    """The gateway app. Tests may pass their own `embedder` (anything with the `Embedder` methods)."""
+    verifier = ApiKeyVerifier(settings.auth.keys())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            triton = embedder
+            if triton is None:
+                client = TritonClient(settings.triton)
+                stack.push_async_callback(client.aclose)
+                triton = client
+            cache = None
+            if settings.cache.redis_url is not None or settings.cache.embedding_cache_mb > 0:
+                cache = EmbeddingCache(
+                    build_store(settings.cache), ttl_seconds=settings.cache.embedding_cache_ttl_seconds
+                )
+                stack.push_async_callback(cache.aclose)
+            service = EmbeddingService(triton, cache, settings.limits)
+            app.state.embeddings = service
+            grpc_server = create_grpc_server(
+                service, verifier, host=settings.server.host, port=settings.server.grpc_port
+            )
+            await grpc_server.start()
+            app.state.grpc = grpc_server
+            stack.push_async_callback(grpc_server.stop, settings.server.shutdown_grace_seconds)
+            if not verifier.enabled:
+                log.warning("GATEWAY_API_KEYS is not set: every route is open to anyone who can reach it")
+            log.info("gateway started", extra={"grpc_port": grpc_server.port})
+            yield
+
+    app = FastAPI(
+        title="AI gateway",
+        version="0.1.0",
+        description="Embeddings (Triton), chat and images behind one OpenAI-style API.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    embeddings.attach_router(app)
+    health.attach_router(app)
+    app.add_middleware(ApiKeyMiddleware, verifier=verifier)
+    app.add_middleware(
+        LimitsMiddleware,
+        max_body_bytes=settings.limits.max_body_bytes,
+        max_in_flight=settings.limits.max_in_flight,
+        timeout_seconds=settings.limits.request_timeout_seconds,
+    )
+    app.add_middleware(RequestContextMiddleware)  # outermost: every answer gets a request id and is measured
+    return app

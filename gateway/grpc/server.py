@@ -1,0 +1,66 @@
+"""Builds the gRPC server: gateway.v1 services behind the interceptor, plus standard health and reflection."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from gateway.auth import ApiKeyVerifier
+from gateway.grpc.interceptors import GatewayInterceptor
+from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.grpc.servicer import EmbeddingBackend, EmbeddingsServicer
+
+EMBEDDINGS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Embeddings"].full_name
+
+# The generated registration functions are untyped; these names give them the signatures mypy checks.
+_add_embeddings: Callable[[EmbeddingsServicer, grpc.aio.Server], None] = (
+    gateway_pb2_grpc.add_EmbeddingsServicer_to_server
+)
+
+
+@dataclass
+class GrpcServer:
+    """A built, not yet started server. `port` is the port actually bound (useful with port 0)."""
+
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    port: int
+    services: tuple[str, ...] = (EMBEDDINGS_SERVICE,)
+
+    async def start(self) -> None:
+        """Mark every service SERVING, then accept calls."""
+        await self.set_serving(True)
+        await self.server.start()
+
+    async def set_serving(self, serving: bool) -> None:
+        """Flip the health status of the server ("") and of each service, e.g. while Triton is not ready."""
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in (health.OVERALL_HEALTH, *self.services):
+            await self.health.set(service, status)
+
+    async def stop(self, grace: float | None) -> None:
+        """Report NOT_SERVING for good, then give in-flight calls `grace` seconds to finish."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+
+
+def create_grpc_server(backend: EmbeddingBackend, verifier: ApiKeyVerifier, *, host: str, port: int) -> GrpcServer:
+    """Call inside the running event loop that will serve it; then `await GrpcServer.start()`."""
+    server = grpc.aio.server(interceptors=[GatewayInterceptor(verifier)])
+    _add_embeddings(EmbeddingsServicer(backend), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection((EMBEDDINGS_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    bound = server.add_insecure_port(address(host, port))
+    return GrpcServer(server=server, health=health_servicer, port=bound)
+
+
+def address(host: str, port: int) -> str:
+    """`host:port`, with IPv6 literals bracketed (`[::]:50051`)."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"

@@ -1,0 +1,39 @@
+"""GET /healthz (alive), /readyz (Triton serving the model), /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.routes.embeddings import embeddings
+
+router = APIRouter()
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    """Ready when Triton serves the model. A cache that does not answer is reported but does not
+    make the gateway unready: it serves without the cache."""
+    service = embeddings(request)
+    triton = await service.ready()
+    cache = await service.cache_ready()
+    await request.app.state.grpc.set_serving(triton)  # gRPC health follows the same check
+    checks = {"triton": "ok" if triton else "unavailable"}
+    if cache is not None:
+        checks["cache"] = "ok" if cache else "degraded"
+    return JSONResponse({"ready": triton, "checks": checks}, status_code=200 if triton else 503)
+
+
+@router.get("/metrics")
+async def prometheus_metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def attach_router(app: FastAPI) -> None:
+    app.include_router(router)

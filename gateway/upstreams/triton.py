@@ -1,0 +1,195 @@
+"""Triton's `bge` ensemble over gRPC: one long-lived asyncio channel for the process.
+
+`InferenceServerException` never leaves this module: it becomes one of the
+`Triton*Error` classes below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import tritonclient.grpc.aio as grpcaio
+from opentelemetry import propagate, trace
+from tritonclient.utils import InferenceServerException
+
+from gateway import metrics
+from gateway.errors import InvalidRequestError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.settings import TritonSettings
+
+tracer = trace.get_tracer(__name__)
+
+# Reconnect quickly after a Triton restart (gRPC's default back-off grows to minutes),
+# and lift the 4 MB message cap: 64 texts of 100,000 characters exceed it.
+CHANNEL_ARGS = [
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+]
+
+
+class TritonUpstreamError(UpstreamError):
+    """Triton answered with an error we did not expect."""
+
+
+class TritonUnavailableError(UpstreamUnavailableError):
+    pass
+
+
+class TritonTimeoutError(UpstreamTimeoutError):
+    pass
+
+
+class TritonInvalidInputError(InvalidRequestError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the served model's config says (the export writes these parameters)."""
+
+    name: str
+    revision: str
+    max_batch_size: int
+    max_sequence_length: int
+    dimension: int
+
+
+@dataclass(frozen=True)
+class TritonEmbeddings:
+    """One call's outputs, rows in input order."""
+
+    vectors: npt.NDArray[np.float32]  # [texts, dimension]
+    token_counts: npt.NDArray[np.int32]  # [texts]
+    truncated: npt.NDArray[np.bool_]  # [texts]
+
+
+class TritonClient:
+    """Async client of the `bge` ensemble; use as an async context manager or call `aclose`."""
+
+    def __init__(self, settings: TritonSettings, client: grpcaio.InferenceServerClient | None = None) -> None:
+        self._settings = settings
+        self._client = client or grpcaio.InferenceServerClient(settings.url, channel_args=CHANNEL_ARGS)
+        self._info: ModelInfo | None = None
+        self._info_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> TritonClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def model_info(self, *, refresh: bool = False) -> ModelInfo:
+        """The model's name, revision and limits, read once and again after Triton was unreachable."""
+        async with self._info_lock:
+            if self._info is None or refresh:
+                self._info = parse_model_info(await self._call(self._client.get_model_config, self._settings.model))
+            return self._info
+
+    async def ready(self) -> bool:
+        """Whether `bge` is ready; refreshes the model info so a redeployed model's revision is seen."""
+        try:
+            ready = await asyncio.wait_for(
+                self._client.is_model_ready(self._settings.model), self._settings.ready_timeout_seconds
+            )
+            if ready:
+                await asyncio.wait_for(self.model_info(refresh=True), self._settings.ready_timeout_seconds)
+            return bool(ready)
+        except (
+            InferenceServerException,
+            TritonUnavailableError,
+            TritonTimeoutError,
+            TritonUpstreamError,
+            TimeoutError,
+        ):
+            return False
+
+    async def embed(self, texts: list[str]) -> TritonEmbeddings:
+        """Embed `texts`, in chunks of the model's max batch size sent concurrently, re-joined in order."""
+        info = await self.model_info()
+        size = info.max_batch_size
+        chunks = await asyncio.gather(*(self._embed_chunk(texts[i : i + size]) for i in range(0, len(texts), size)))
+        return TritonEmbeddings(
+            vectors=np.concatenate([c.vectors for c in chunks]),
+            token_counts=np.concatenate([c.token_counts for c in chunks]),
+            truncated=np.concatenate([c.truncated for c in chunks]),
+        )
+
+    async def _embed_chunk(self, texts: list[str]) -> TritonEmbeddings:
+        raw = np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
+        text = grpcaio.InferInput("TEXT", list(raw.shape), "BYTES")
+        text.set_data_from_numpy(raw)
+        outputs = [grpcaio.InferRequestedOutput(name) for name in ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED")]
+        metrics.EMBEDDING_BATCH_SIZE.observe(len(texts))
+        with tracer.start_as_current_span("triton.infer", attributes={"triton.model": self._settings.model}):
+            headers: dict[str, str] = {}
+            propagate.inject(headers)  # trace context travels to Triton as gRPC metadata
+            started = time.perf_counter()
+            result = await self._call(
+                self._client.infer,
+                self._settings.model,
+                [text],
+                outputs=outputs,
+                headers=headers,
+                client_timeout=self._settings.timeout_seconds,
+            )
+            metrics.TRITON_LATENCY.observe(time.perf_counter() - started)
+        return TritonEmbeddings(
+            vectors=np.asarray(result.as_numpy("EMBEDDING"), dtype=np.float32),
+            token_counts=np.asarray(result.as_numpy("TOKEN_COUNT"), dtype=np.int32).reshape(-1),
+            truncated=np.asarray(result.as_numpy("TRUNCATED"), dtype=np.bool_).reshape(-1),
+        )
+
+    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except InferenceServerException as exc:
+            error = translate(exc, self._settings)
+            if isinstance(error, TritonUnavailableError):
+                self._info = None  # the model may come back as another revision
+            metrics.TRITON_ERRORS.labels(reason=_reason(error)).inc()
+            raise error from exc
+
+
+def parse_model_info(response: Any) -> ModelInfo:
+    config = response.config
+    params = {key: value.string_value for key, value in config.parameters.items()}
+    embedding = next(o for o in config.output if o.name == "EMBEDDING")
+    return ModelInfo(
+        name=params.get("model_name", config.name),
+        revision=params.get("model_revision", "unknown"),
+        max_batch_size=int(config.max_batch_size) or 1,
+        max_sequence_length=int(params.get("max_sequence_length", "512")),
+        dimension=int(embedding.dims[-1]),
+    )
+
+
+def translate(exc: InferenceServerException, settings: TritonSettings) -> UpstreamError | InvalidRequestError:
+    status = str(exc.status() or "")
+    message = str(exc.message() or exc)
+    if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
+        return TritonTimeoutError(f"Triton did not answer within {settings.timeout_seconds:g} s")
+    if "UNAVAILABLE" in status or "unknown model" in message or "not ready" in message:
+        return TritonUnavailableError(f"embedding model unavailable: Triton at {settings.url} is not serving it")
+    if "INVALID_ARGUMENT" in status:
+        return TritonInvalidInputError(message.removeprefix("in ensemble 'bge', "))
+    return TritonUpstreamError(f"Triton failed: {message}")
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, TritonUnavailableError):
+        return "unavailable"
+    if isinstance(error, TritonTimeoutError):
+        return "timeout"
+    if isinstance(error, TritonInvalidInputError):
+        return "invalid"
+    return "error"

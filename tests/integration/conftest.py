@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tritonclient.grpc import model_config_pb2 as mc
+
+from export.checkpoint import Checkpoint
+from export.repository import ENCODER, parse, render
+from localtriton.server import TritonProcess
+
+
+def with_model_config(source: Path, dest: Path, change: Callable[[mc.ModelConfig], None], model: str = ENCODER) -> Path:
+    """A hard-linked copy of the repository `source` whose `model` config is changed by `change`."""
+    shutil.copytree(source, dest, copy_function=os.link)
+    config_file = dest / model / "config.pbtxt"
+    config = parse(config_file.read_text())
+    change(config)
+    config_file.unlink()  # a hard link: do not write through to the source
+    config_file.write_text(render(config))
+    return dest
+
+
+def run_fp32(config: mc.ModelConfig) -> None:
+    config.parameters["cpu_precision"].string_value = "fp32"
+
+
+def run_on_gpu(config: mc.ModelConfig) -> None:
+    config.instance_group[0].kind = mc.ModelInstanceGroup.KIND_GPU
+
+
+@pytest.fixture(scope="session")
+def triton(minilm_repository: Path, triton_factory: Callable[[Path], TritonProcess]) -> TritonProcess:
+    """Triton serving the exported MiniLM with the default (INT8) CPU encoder."""
+    return triton_factory(minilm_repository)
+
+
+@pytest.fixture(scope="session")
+def triton_fp32(
+    minilm_repository: Path, triton_factory: Callable[[Path], TritonProcess], tmp_path_factory: pytest.TempPathFactory
+) -> TritonProcess:
+    repository = with_model_config(minilm_repository, tmp_path_factory.mktemp("fp32") / "repo", run_fp32)
+    return triton_factory(repository)
+
+
+@pytest.fixture(scope="session")
+def reference(minilm: Checkpoint) -> Callable[[list[str]], np.ndarray]:
+    """sentence-transformers on the same checkpoint: what the served model must reproduce."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(minilm.path), device="cpu")
+    model.max_seq_length = 512
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.asarray(model.encode(texts, normalize_embeddings=True, show_progress_bar=False))
+
+    return encode

@@ -1,0 +1,90 @@
+"""A real gateway (uvicorn + gRPC) in a background thread, on free ports, in front of a real Triton."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import tritonclient.grpc as grpcclient
+import uvicorn
+
+from gateway.app import create_app
+from gateway.settings import CacheSettings, ServerSettings, Settings, TritonSettings
+from localtriton.server import TritonProcess
+from tests.conftest import free_port
+
+
+class RunningGateway:
+    """`python -m gateway` in-process: the same app, lifespan and servers, on free ports."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.app = create_app(settings)
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=settings.server.http_port, log_config=None, access_log=False
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.server.http_port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.settings.server.grpc_port}"
+
+    def start(self) -> RunningGateway:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
+    """Settings for a test gateway: free ports, the given Triton, no cache unless asked for."""
+    defaults: dict[str, Any] = {
+        "server": ServerSettings(host="127.0.0.1", http_port=free_port(), grpc_port=free_port()),
+        "triton": TritonSettings(url=triton_url),
+        "cache": CacheSettings(embedding_cache_mb=0),
+    }
+    return Settings(**{**defaults, **concerns})
+
+
+@pytest.fixture
+def gateway_factory() -> Iterator[Callable[..., RunningGateway]]:
+    """Start gateways with `gateway_settings(triton_url, **concerns)`; all are stopped after the test."""
+    started: list[RunningGateway] = []
+
+    def start(triton_url: str, **concerns: Any) -> RunningGateway:
+        gateway = RunningGateway(gateway_settings(triton_url, **concerns)).start()
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.stop()
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=60) as client:
+        yield client
+
+
+def triton_requests(triton: TritonProcess, model: str = "bge") -> int:
+    """Requests Triton has executed for `model` so far (moves only when the gateway calls it)."""
+    with grpcclient.InferenceServerClient(triton.grpc_url) as client:
+        stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    return int(stats["inference_stats"]["success"].get("count", 0))

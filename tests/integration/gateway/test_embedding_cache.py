@@ -1,0 +1,120 @@
+"""The embedding cache end to end, with the in-process store and with a real Redis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from tritonclient.grpc import model_config_pb2 as mc
+
+from gateway.settings import CacheSettings
+from localtriton.server import TritonProcess
+from tests.integration.conftest import with_model_config
+from tests.integration.gateway.conftest import RunningGateway, triton_requests
+from tests.integration.gateway.test_embeddings_rest import mixed_texts
+from tests.redis_fixtures import RedisServer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["memory", "redis"])
+def cache(request: pytest.FixtureRequest) -> CacheSettings:
+    if request.param == "memory":
+        return CacheSettings(embedding_cache_mb=16)
+    return CacheSettings(redis_url=SecretStr(request.getfixturevalue("redis_url")))
+
+
+def embed(http: httpx.Client, gateway: RunningGateway, texts: list[str], **headers: str) -> httpx.Response:
+    response = http.post(f"{gateway.base_url}/v1/embeddings", json={"input": texts}, headers=headers)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def test_repeated_request_is_a_hit_without_calling_triton(
+    cache: CacheSettings, triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+) -> None:
+    gateway = gateway_factory(triton.grpc_url, cache=cache)
+    texts = mixed_texts(5, tag=f"repeat-{cache.redis_url is not None}")
+    first = embed(http, gateway, texts)
+    assert first.headers["x-cache"] == "miss"
+    calls = triton_requests(triton)
+    second = embed(http, gateway, texts)
+    assert second.headers["x-cache"] == "hit"
+    assert triton_requests(triton) == calls
+    assert second.json()["data"] == first.json()["data"]
+    assert second.json()["usage"] == first.json()["usage"]
+
+
+def test_mixed_batch_makes_one_triton_call_for_the_misses_in_order(
+    cache: CacheSettings, triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+) -> None:
+    gateway = gateway_factory(triton.grpc_url, cache=cache)
+    texts = mixed_texts(10, tag=f"mixed-{cache.redis_url is not None}")
+    known = embed(http, gateway, texts[::2]).json()["data"]
+    calls = triton_requests(triton)
+    mixed = embed(http, gateway, texts)
+    assert mixed.headers["x-cache"] == "partial"
+    assert triton_requests(triton) == calls + 1
+    data = mixed.json()["data"]
+    assert [item["index"] for item in data] == list(range(10))
+    assert [data[i]["embedding"] for i in range(0, 10, 2)] == [item["embedding"] for item in known]
+
+
+def test_cache_control_no_cache_bypasses_the_cache(
+    cache: CacheSettings, triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+) -> None:
+    gateway = gateway_factory(triton.grpc_url, cache=cache)
+    texts = mixed_texts(3, tag=f"bypass-{cache.redis_url is not None}")
+    embed(http, gateway, texts)
+    calls = triton_requests(triton)
+    assert embed(http, gateway, texts, **{"Cache-Control": "no-cache"}).headers["x-cache"] == "miss"
+    assert triton_requests(triton) == calls + 1
+
+
+def test_a_new_model_revision_never_serves_old_vectors(
+    redis_url: str,
+    triton: TritonProcess,
+    minilm_repository: Path,
+    triton_factory: Callable[..., TritonProcess],
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+    tmp_path: Path,
+) -> None:
+    def new_revision(config: mc.ModelConfig) -> None:
+        config.parameters["model_revision"].string_value = "sha256-0000000000000000"
+
+    redeployed = triton_factory(with_model_config(minilm_repository, tmp_path / "repo", new_revision, model="bge"))
+    shared = CacheSettings(redis_url=SecretStr(redis_url))
+    old, new = gateway_factory(triton.grpc_url, cache=shared), gateway_factory(redeployed.grpc_url, cache=shared)
+    texts = mixed_texts(4, tag="revision")
+    assert embed(http, old, texts).headers["x-cache"] == "miss"
+    assert embed(http, old, texts).headers["x-cache"] == "hit"
+    assert embed(http, new, texts).headers["x-cache"] == "miss"
+
+
+def test_requests_succeed_while_redis_is_down_and_the_cache_comes_back(
+    redis_server: RedisServer,
+    redis_url: str,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    gateway = gateway_factory(triton.grpc_url, cache=CacheSettings(redis_url=SecretStr(redis_url)))
+    texts = mixed_texts(3, tag="outage")
+    embed(http, gateway, texts)
+    redis_server.stop()
+    down = embed(http, gateway, texts)
+    assert down.headers["x-cache"] == "miss"
+    ready = http.get(f"{gateway.base_url}/readyz").json()
+    assert ready == {"ready": True, "checks": {"triton": "ok", "cache": "degraded"}}
+    assert (
+        'gateway_cache_errors_total{cache="embedding",operation="get"}' in http.get(f"{gateway.base_url}/metrics").text
+    )
+    redis_server.start()
+    time.sleep(1.5)  # past the store's back-off after a failure
+    embed(http, gateway, texts)
+    assert embed(http, gateway, texts).headers["x-cache"] == "hit"

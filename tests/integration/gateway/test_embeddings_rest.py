@@ -1,0 +1,104 @@
+"""POST /v1/embeddings end to end: real gateway, real Triton."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+
+from localtriton.server import TritonProcess
+from tests.integration.gateway.conftest import RunningGateway
+
+pytestmark = pytest.mark.slow
+
+ENGLISH = ["How do I reset my password?", "The weather is lovely today.", "Triton batches requests together."]
+CHINESE = ["如何重置我的密码？", "今天天气很好。", "深度学习模型取得了显著的进步。"]
+
+
+def mixed_texts(count: int, tag: str = "") -> list[str]:
+    """Distinct English and Chinese texts, deterministic."""
+    return [f"{ENGLISH[i % 3]} {tag}#{i}" if i % 2 == 0 else f"{CHINESE[i % 3]} {tag}第{i}条" for i in range(count)]
+
+
+def triton_direct(triton: TritonProcess, texts: list[str]) -> tuple[np.ndarray, int]:
+    """Triton's own vectors and token total for `texts` (chunks of 64)."""
+    vectors, tokens = [], 0
+    with grpcclient.InferenceServerClient(triton.grpc_url) as client:
+        for start in range(0, len(texts), 64):
+            raw = np.array([[t.encode()] for t in texts[start : start + 64]], dtype=object)
+            tensor = grpcclient.InferInput("TEXT", list(raw.shape), "BYTES")
+            tensor.set_data_from_numpy(raw)
+            result = client.infer("bge", [tensor])
+            vectors.append(result.as_numpy("EMBEDDING"))
+            tokens += int(result.as_numpy("TOKEN_COUNT").sum())
+    return np.concatenate(vectors), tokens
+
+
+def vectors_of(body: dict[str, object]) -> np.ndarray:
+    data = body["data"]
+    assert isinstance(data, list)
+    assert [item["index"] for item in data] == list(range(len(data)))
+    return np.array([item["embedding"] for item in data], dtype=np.float32)
+
+
+@pytest.fixture
+def fp32_gateway(triton_fp32: TritonProcess, gateway_factory: Callable[..., RunningGateway]) -> RunningGateway:
+    # FP32 vectors do not depend on their batch mates (INT8's dynamic activation scales do),
+    # so equality with Triton's own output can be asserted tightly.
+    return gateway_factory(triton_fp32.grpc_url)
+
+
+@pytest.mark.parametrize("count", [1, 7, 64, 300])
+def test_embeddings_equal_tritons_own_output_in_order(
+    count: int, fp32_gateway: RunningGateway, triton_fp32: TritonProcess, http: httpx.Client
+) -> None:
+    texts = mixed_texts(count)
+    response = http.post(f"{fp32_gateway.base_url}/v1/embeddings", json={"input": texts, "model": "bge"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    expected, tokens = triton_direct(triton_fp32, texts)
+    served = vectors_of(body)
+    assert served.shape == expected.shape
+    cosines = np.sum(served * expected, axis=1) / (np.linalg.norm(served, axis=1) * np.linalg.norm(expected, axis=1))
+    assert cosines.min() >= 0.9999
+    assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens, "truncated_texts": 0}
+    assert body["model"] == "sentence-transformers/all-MiniLM-L6-v2" and body["object"] == "list"
+
+
+def test_single_string_input_and_base64_encoding(fp32_gateway: RunningGateway, http: httpx.Client) -> None:
+    url = f"{fp32_gateway.base_url}/v1/embeddings"
+    as_float = http.post(url, json={"input": "hello world"}).json()
+    as_base64 = http.post(url, json={"input": "hello world", "encoding_format": "base64"}).json()
+    decoded = np.frombuffer(base64.b64decode(as_base64["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_array_equal(decoded, np.array(as_float["data"][0]["embedding"], dtype=np.float32))
+    assert len(decoded) == 384
+
+
+def test_truncation_is_reported_or_refused(fp32_gateway: RunningGateway, http: httpx.Client) -> None:
+    url = f"{fp32_gateway.base_url}/v1/embeddings"
+    texts = ["word " * 2000, "short text"]
+    response = http.post(url, json={"input": texts})
+    assert response.status_code == 200
+    assert response.json()["usage"]["truncated_texts"] == 1
+    assert response.headers["x-truncated-texts"] == "1"
+    refused = http.post(url, json={"input": texts, "truncate": False})
+    assert refused.status_code == 400
+    error = refused.json()["error"]
+    assert "input[0]" in error["message"] and "maximum of 512 tokens" in error["message"]
+    assert error["code"] == "context_length_exceeded"
+
+
+def test_unknown_model_is_404_and_request_id_is_echoed(fp32_gateway: RunningGateway, http: httpx.Client) -> None:
+    response = http.post(
+        f"{fp32_gateway.base_url}/v1/embeddings",
+        json={"input": "x", "model": "text-embedding-3-large"},
+        headers={"X-Request-Id": "req-123"},
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["param"] == "model"
+    assert response.headers["x-request-id"] == "req-123"
+    assert len(http.get(f"{fp32_gateway.base_url}/healthz").headers["x-request-id"]) == 32

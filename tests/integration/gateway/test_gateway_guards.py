@@ -1,0 +1,142 @@
+"""Auth, bad input, limits, Triton outages and metrics: clear 4xx/5xx answers, never a crash."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from gateway.settings import AuthSettings, LimitSettings
+from localtriton.server import TritonProcess
+from tests.integration.gateway.conftest import RunningGateway
+from tests.integration.gateway.test_embeddings_rest import mixed_texts
+
+pytestmark = pytest.mark.slow
+
+SLOW_BATCH = ["a long sentence about many things " * 60 + str(i) for i in range(256)]
+
+
+def assert_error(response: httpx.Response, status: int, message: str) -> None:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert message in error["message"]
+
+
+def test_api_keys_guard_every_route_but_the_probes(
+    triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+) -> None:
+    gateway = gateway_factory(triton.grpc_url, auth=AuthSettings(api_keys=SecretStr("key-one, key-two")))
+    url = f"{gateway.base_url}/v1/embeddings"
+    missing = http.post(url, json={"input": "hi"})
+    assert_error(missing, 401, "missing API key")
+    assert missing.headers["www-authenticate"] == "Bearer"
+    wrong = http.post(url, json={"input": "hi"}, headers={"Authorization": "Bearer key-three"})
+    assert_error(wrong, 401, "invalid API key")
+    assert "key-three" not in wrong.text
+    assert http.post(url, json={"input": "hi"}, headers={"Authorization": "Bearer key-two"}).status_code == 200
+    for probe in ("/healthz", "/readyz", "/metrics"):
+        assert http.get(f"{gateway.base_url}{probe}").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "message"),
+    [
+        ({"json": {"input": []}}, 400, "at least one text"),
+        ({"json": {"input": ["ok", 3]}}, 400, "input"),
+        ({"json": {"input": ["ok", ""]}}, 400, "input[1] is empty"),
+        ({"json": {"input": [f"t{i}" for i in range(20)]}}, 400, "input has 20 texts; the maximum is 16"),
+        ({"json": {"input": "x" * 5001}}, 400, "input[0] has 5001 characters; the maximum is 5000"),
+        ({"content": b'{"input": ["unterminated"', "headers": {"content-type": "application/json"}}, 400, "JSON"),
+        ({"content": b"input=hello", "headers": {"content-type": "text/plain"}}, 400, ""),
+        ({"json": {"input": "hi", "encoding_format": "binary"}}, 400, "encoding_format"),
+        ({"json": {"input": "hi", "unknown": 1}}, 400, "unknown"),
+        ({"content": b"x" * 70_000, "headers": {"content-type": "application/json"}}, 413, "exceeds the limit"),
+    ],
+    ids=[
+        "empty-list",
+        "non-string",
+        "empty-text",
+        "too-many-texts",
+        "oversize-text",
+        "invalid-json",
+        "wrong-content-type",
+        "unknown-encoding",
+        "unknown-field",
+        "body-too-large",
+    ],
+)
+def test_bad_input_gets_a_4xx_in_the_error_shape(
+    kwargs: dict[str, object],
+    status: int,
+    message: str,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    limits = LimitSettings(max_texts_per_request=16, max_text_chars=5000, max_body_bytes=64_000)
+    gateway = gateway_factory(triton.grpc_url, limits=limits)
+    assert_error(http.post(f"{gateway.base_url}/v1/embeddings", **kwargs), status, message)  # type: ignore[arg-type]
+    assert http.post(f"{gateway.base_url}/v1/embeddings", json={"input": "still up"}).status_code == 200
+
+
+def test_full_in_flight_queue_sheds_with_429_and_retry_after(
+    triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+) -> None:
+    gateway = gateway_factory(triton.grpc_url, limits=LimitSettings(max_in_flight=1))
+    url = f"{gateway.base_url}/v1/embeddings"
+    slow = threading.Thread(target=lambda: httpx.post(url, json={"input": SLOW_BATCH}, timeout=120))
+    slow.start()
+    time.sleep(0.3)
+    shed = http.post(url, json={"input": "one more"})
+    slow.join()
+    assert_error(shed, 429, "requests in flight")
+    assert shed.headers["retry-after"] == "1"
+    assert "gateway_requests_shed_total" in http.get(f"{gateway.base_url}/metrics").text
+
+
+def test_request_past_its_deadline_gets_504(
+    triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+) -> None:
+    gateway = gateway_factory(triton.grpc_url, limits=LimitSettings(request_timeout_seconds=0.2))
+    assert_error(http.post(f"{gateway.base_url}/v1/embeddings", json={"input": SLOW_BATCH}), 504, "longer than 0.2 s")
+
+
+def test_triton_outage_is_503_and_not_ready_then_recovers_without_restart(
+    minilm_repository: Path,
+    triton_factory: Callable[[Path], TritonProcess],
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    triton = triton_factory(minilm_repository)
+    gateway = gateway_factory(triton.grpc_url)
+    url = f"{gateway.base_url}/v1/embeddings"
+    assert http.post(url, json={"input": "before"}).status_code == 200
+    triton.stop()
+    assert_error(http.post(url, json={"input": "during"}), 503, "embedding model unavailable")
+    ready = http.get(f"{gateway.base_url}/readyz")
+    assert ready.status_code == 503 and ready.json()["ready"] is False
+    triton.start()
+    triton.wait_ready()
+    deadline = time.monotonic() + 15  # the gateway's channel reconnects on its own
+    while http.get(f"{gateway.base_url}/readyz").status_code != 200:
+        assert time.monotonic() < deadline, "gateway did not see Triton come back"
+        time.sleep(0.25)
+    assert http.post(url, json={"input": "after"}).status_code == 200
+
+
+def test_metrics_expose_the_autoscaling_gauge_and_request_latency(
+    triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+) -> None:
+    gateway = gateway_factory(triton.grpc_url)
+    http.post(f"{gateway.base_url}/v1/embeddings", json={"input": mixed_texts(3, tag="metrics")})
+    text = http.get(f"{gateway.base_url}/metrics").text
+    assert "http_requests_in_flight 0.0" in text
+    assert 'gateway_http_request_duration_seconds_count{method="POST",route="/v1/embeddings",status="200"}' in text
+    assert "gateway_triton_request_duration_seconds_count" in text
+    assert "gateway_embedding_batch_size_bucket" in text

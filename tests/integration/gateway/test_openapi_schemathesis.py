@@ -1,0 +1,59 @@
+"""Schemathesis against the live gateway's own OpenAPI document: no 5xx, no answer outside the document.
+
+The cases are generated from `create_app(...).openapi()` at collection time (schemathesis's
+`pytest.from_fixture` loader does not work with pytest 9.2: it sets `Node._nodeid`, which pytest no
+longer has), and `test_live_document_is_the_one_tested` pins that to what the live gateway serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
+
+from gateway.app import create_app
+from localtriton.server import TritonProcess
+from tests.conftest import GATEWAY_VARIABLES
+from tests.integration.gateway.conftest import RunningGateway, gateway_settings
+
+pytestmark = pytest.mark.slow
+
+DOCUMENT = create_app(gateway_settings("127.0.0.1:1")).openapi()  # builds the app only: nothing starts
+schema = schemathesis.openapi.from_dict(DOCUMENT)
+CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
+
+
+@pytest.fixture(scope="module")
+def gateway(triton_fp32: TritonProcess) -> Iterator[RunningGateway]:
+    """One gateway for every operation; it reads none of the developer's settings."""
+    with pytest.MonkeyPatch.context() as env:
+        for name in GATEWAY_VARIABLES:
+            env.delenv(name, raising=False)
+        running = RunningGateway(gateway_settings(triton_fp32.grpc_url)).start()
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+def test_live_document_is_the_one_tested(gateway: RunningGateway) -> None:
+    response = httpx.get(f"{gateway.base_url}/openapi.json", timeout=30)
+    assert response.status_code == 200
+    assert response.json() == DOCUMENT
+
+
+@schema.parametrize()
+@settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+)
+def test_gateway_honours_its_openapi_document(case: schemathesis.Case, gateway: RunningGateway) -> None:
+    case.call_and_validate(base_url=gateway.base_url, checks=CHECKS, timeout=60)
