@@ -8,7 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from gateway.auth import ApiKeyMiddleware, ApiKeyVerifier
+from gateway.auth import PUBLIC_PATHS, ApiKeyMiddleware, ApiKeyVerifier
 from gateway.cache.embeddings import EmbeddingCache
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
@@ -59,6 +59,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         version="0.1.0",
         description="Embeddings (Triton), chat and images behind one OpenAI-style API.",
         lifespan=lifespan,
+        # FastAPI's own OpenTelemetry server and endpoint spans (they continue the caller's `traceparent`);
+        # metrics are Prometheus (gateway.metrics), and request logs are ours.
+        telemetry={"metrics": False, "logs": False, "exclude": lambda scope: scope.get("path") in PUBLIC_PATHS},
     )
     install_error_handlers(app)
     embeddings.attach_router(app)

@@ -106,8 +106,10 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0] if exc.errors() else {}
     location = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = ".".join(location) or None
-    message = f"{param}: {first.get('msg', 'invalid request')}" if param else str(first.get("msg", "invalid request"))
+    # `param` names the request field; positions in an unparsable body are not fields.
+    param = location[0] if location and not location[0].isdigit() else None
+    detail = str(first.get("msg", "invalid request"))
+    message = f"{'.'.join(location)}: {detail}" if param else detail
     return JSONResponse(error_body(message, InvalidRequestError.type, param), status_code=400)
 
 

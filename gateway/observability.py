@@ -10,7 +10,6 @@ import uuid
 from contextvars import ContextVar
 from typing import Any
 
-from opentelemetry import propagate, trace
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import metrics
@@ -21,7 +20,6 @@ request_id: ContextVar[str] = ContextVar("request_id", default="-")
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _RESERVED = set(vars(logging.makeLogRecord({})))
 log = logging.getLogger("gateway.access")
-tracer = trace.get_tracer(__name__)
 
 
 class JsonFormatter(logging.Formatter):
@@ -53,7 +51,9 @@ def configure_logging(level: str) -> None:
 
 
 class RequestContextMiddleware:
-    """Request id (kept from the client when well-formed), in-flight gauge, latency by route, access log, span."""
+    """Request id (kept from the client when well-formed), in-flight gauge, latency by route, access log.
+
+    Server spans come from FastAPI's own OpenTelemetry support (see `create_app`)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -79,12 +79,8 @@ class RequestContextMiddleware:
 
         if counted:
             metrics.HTTP_IN_FLIGHT.inc()
-        span_name = f"{scope['method']} {scope['path']}"
-        context = propagate.extract(headers)
         try:
-            with tracer.start_as_current_span(span_name, context=context, kind=trace.SpanKind.SERVER) as span:
-                await self.app(scope, receive, send_with_id)
-                span.set_attribute("http.response.status_code", status)
+            await self.app(scope, receive, send_with_id)
         finally:
             if counted:
                 metrics.HTTP_IN_FLIGHT.dec()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 
 class EmbeddingRequest(BaseModel):
@@ -15,7 +15,7 @@ class EmbeddingRequest(BaseModel):
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="'base64': little-endian float32 bytes, as OpenAI encodes them."
     )
-    truncate: bool = Field(
+    truncate: StrictBool = Field(
         True, description="Cut texts at the model's maximum tokens; false: such texts are refused with 400."
     )
     user: str | None = Field(None, description="End-user id (accepted for compatibility, not used).")

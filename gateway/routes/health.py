@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.routes.embeddings import embeddings
@@ -30,7 +30,7 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"ready": triton, "checks": checks}, status_code=200 if triton else 503)
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def prometheus_metrics() -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 

@@ -96,6 +96,8 @@ class EmbeddingService:
         for index, text in enumerate(texts):
             if not text.strip():
                 raise InvalidRequestError(f"input[{index}] is empty or only whitespace", param="input")
+            if not text.isascii() and _has_lone_surrogate(text):
+                raise InvalidRequestError(f"input[{index}] is not valid Unicode (a lone surrogate)", param="input")
             if len(text) > limits.max_text_chars:
                 raise InvalidRequestError(
                     f"input[{index}] has {len(text)} characters; the maximum is {limits.max_text_chars}", param="input"
@@ -135,6 +137,15 @@ class EmbeddingService:
         if self._cache is not None:
             await self._cache.put_many(info.name, info.revision, texts, entries)
         return dict(zip(texts, entries, strict=True))
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    """JSON may carry "\\ud800" escapes that decode to no real character; UTF-8 cannot encode them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def check_model(requested: str | None, info: ModelInfo) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import numpy.typing as npt
 import openai
 import pytest
 from pydantic import SecretStr
@@ -64,7 +65,7 @@ def plain_float_embeddings(http: httpx.Client, gateway: RunningGateway, texts: l
     return body
 
 
-def as_matrix(embeddings: list[list[float]]) -> np.ndarray:
+def as_matrix(embeddings: list[list[float]]) -> npt.NDArray[np.float32]:
     return np.array(embeddings, dtype=np.float32)
 
 
@@ -132,7 +133,7 @@ def test_wrong_api_key_raises_authentication_error(auth_gateway: RunningGateway,
         "message": "invalid API key",
         "type": "authentication_error",
         "param": None,
-        "code": error.code,
+        "code": "invalid_api_key",
     }
     assert "k3" not in error.message
 

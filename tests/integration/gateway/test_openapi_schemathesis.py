@@ -8,6 +8,7 @@ longer has), and `test_live_document_is_the_one_tested` pins that to what the li
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -49,11 +50,22 @@ def test_live_document_is_the_one_tested(gateway: RunningGateway) -> None:
 
 @schema.parametrize()
 @settings(
-    max_examples=40,
+    max_examples=100,
     deadline=None,
     database=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
 )
-def test_gateway_honours_its_openapi_document(case: schemathesis.Case, gateway: RunningGateway) -> None:
+def test_gateway_honours_its_openapi_document(case: schemathesis.Case[Any], gateway: RunningGateway) -> None:
+    case.call_and_validate(base_url=gateway.base_url, checks=CHECKS, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"input": ["fine", "lone \ud800 surrogate"]}, {"input": "\udfff"}, {"input": "ok", "user": "\ud83d"}],
+    ids=["high-surrogate-in-list", "low-surrogate-string", "surrogate-in-user"],
+)
+def test_json_strings_schemathesis_does_not_generate(body: dict[str, Any], gateway: RunningGateway) -> None:
+    """Schemathesis draws UTF-8-encodable text only; JSON can also carry lone surrogates (`"\\ud800"`)."""
+    case = schema["/v1/embeddings"]["POST"].Case(body=body, media_type="application/json")
     case.call_and_validate(base_url=gateway.base_url, checks=CHECKS, timeout=60)

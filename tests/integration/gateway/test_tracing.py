@@ -1,0 +1,46 @@
+"""OpenTelemetry: the client's trace continues through the gateway to the Triton call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from gateway.settings import ObservabilitySettings
+from gateway.tracing import configure_tracing
+from localtriton.server import TritonProcess
+from tests.integration.gateway.conftest import RunningGateway
+
+pytestmark = pytest.mark.slow
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_server_and_triton_spans_join_the_callers_trace(
+    triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = configure_tracing(ObservabilitySettings(), exporter=exporter)
+    assert provider is not None
+    assert configure_tracing(ObservabilitySettings()) is None  # no endpoint: tracing stays off
+    gateway = gateway_factory(triton.grpc_url)
+    traceparent = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+    response = http.post(
+        f"{gateway.base_url}/v1/embeddings", json={"input": "trace me"}, headers={"traceparent": traceparent}
+    )
+    assert response.status_code == 200
+    provider.force_flush()
+    spans = list(exporter.get_finished_spans())
+    by_id = {span.context.span_id: span for span in spans}
+    (server,) = [span for span in spans if span.kind is SpanKind.SERVER]
+    (upstream,) = [span for span in spans if span.name == "triton.infer"]
+    assert format(server.context.trace_id, "032x") == TRACE_ID
+    assert server.parent is not None and format(server.parent.span_id, "016x") == "00f067aa0ba902b7"
+    ancestor = upstream
+    while ancestor.parent is not None and ancestor.parent.span_id in by_id:
+        ancestor = by_id[ancestor.parent.span_id]
+    assert ancestor is server  # the Triton call is inside the request's server span
+    provider.shutdown()
