@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
 
-.PHONY: help setup proto export triton gateway up down test test-fast lint typecheck check clean
+.PHONY: help setup proto openapi export triton gateway up down test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ $(PROTO_OUT): gateway/grpc/proto/gateway/v1/gateway.proto | $(STAMP)
 
 proto: $(STAMP) ## generate the gRPC code from gateway/grpc/proto (grpcio-tools)
 	$(PY) -m gateway.grpc.codegen
+
+openapi: $(STAMP) $(PROTO_OUT) ## rewrite gateway/openapi.json, the snapshot the tests hold the API to
+	$(PY) -m gateway.openapi
 
 export: $(STAMP) ## export MODEL (hub id or directory; default all-MiniLM-L6-v2) into model_repository/
 	$(PY) -m export --model "$(MODEL)" --repository $(REPOSITORY) --max-length $(MAX_LENGTH)
