@@ -9,18 +9,57 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from gateway.auth import PUBLIC_PATHS, ApiKeyMiddleware, ApiKeyVerifier
+from gateway.cache.chat import ExactChatCache
 from gateway.cache.embeddings import EmbeddingCache
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
 from gateway.grpc.server import create_grpc_server
 from gateway.limits import LimitsMiddleware
 from gateway.observability import RequestContextMiddleware
-from gateway.routes import embeddings, health
+from gateway.quota import QuotaConfig, build_limiter
+from gateway.routes import chat, embeddings, health
+from gateway.services.chat import ChatService
 from gateway.services.embeddings import Embedder, EmbeddingService
 from gateway.settings import Settings
+from gateway.upstreams.breaker import BreakerBoard
+from gateway.upstreams.llm import LLMClient
 from gateway.upstreams.triton import TritonClient
 
 log = logging.getLogger(__name__)
+
+
+@asynccontextmanager
+async def chat_service(settings: Settings) -> AsyncIterator[ChatService]:
+    """The chat service with its pooled upstream client, answer cache and shared quota."""
+    redis_url = settings.cache.redis_url.get_secret_value() if settings.cache.redis_url else None
+    async with AsyncExitStack() as stack:
+        llm = await stack.enter_async_context(LLMClient(settings.llm))
+        cache = None
+        if redis_url or settings.cache.chat_cache_mb > 0:
+            store = build_store(settings.cache, memory_mb=settings.cache.chat_cache_mb)
+            cache = ExactChatCache(store)
+            stack.push_async_callback(cache.aclose)
+        quota = settings.quota
+        limiter = build_limiter(
+            QuotaConfig(
+                requests_per_second=quota.requests_per_second,
+                max_concurrent=quota.max_concurrent,
+                tokens_per_minute=quota.tokens_per_minute,
+                max_wait_seconds=quota.max_wait_seconds,
+            ),
+            redis_url,
+            name="hunyuan",
+        )
+        stack.push_async_callback(limiter.aclose)
+        yield ChatService(
+            llm,
+            cache,
+            limiter,
+            BreakerBoard(settings.llm.breaker_failures, settings.llm.breaker_reset_seconds),
+            settings.llm.fallbacks(),
+            max_prompt_chars=settings.limits.max_prompt_chars,
+            timeout_seconds=settings.llm.total_timeout_seconds,
+        )
 
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
@@ -43,8 +82,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 stack.push_async_callback(cache.aclose)
             service = EmbeddingService(triton, cache, settings.limits)
             app.state.embeddings = service
+            app.state.chat = await stack.enter_async_context(chat_service(settings))
             grpc_server = create_grpc_server(
-                service, verifier, host=settings.server.host, port=settings.server.grpc_port
+                service, verifier, host=settings.server.host, port=settings.server.grpc_port, chat=app.state.chat
             )
             await grpc_server.start()
             app.state.grpc = grpc_server
@@ -65,6 +105,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     )
     install_error_handlers(app)
     embeddings.attach_router(app)
+    chat.attach_router(app)
     health.attach_router(app)
     app.add_middleware(ApiKeyMiddleware, verifier=verifier)
     app.add_middleware(

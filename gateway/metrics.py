@@ -44,3 +44,15 @@ EMBEDDING_BATCH_SIZE = Histogram(
     "gateway_embedding_batch_size", "Texts per Triton call (after cache hits are removed).", buckets=BATCH_BUCKETS
 )
 EMBEDDING_TEXTS_TRUNCATED = Counter("gateway_embedding_texts_truncated_total", "Texts cut at the model's max tokens.")
+
+LLM_CALLS = Counter("gateway_llm_upstream_calls_total", "Chat calls that reached the upstream, by model.", ["model"])
+LLM_ERRORS = Counter("gateway_llm_upstream_errors_total", "Failed chat upstream attempts by reason.", ["reason"])
+# reason: timeout | connection | stream_broken | <HTTP status>
+LLM_TOKENS = Counter("gateway_llm_tokens_total", "Tokens billed by the upstream.", ["model", "kind"])
+# kind: prompt | completion
+LLM_SAVED_CALLS = Counter("gateway_llm_calls_saved_total", "Chat calls answered by a cache layer.", ["layer"])
+LLM_SAVED_TOKENS = Counter(
+    "gateway_llm_tokens_saved_total", "Upstream tokens not spent thanks to a cache layer.", ["layer"]
+)
+# layer: exact | semantic
+BREAKER_STATE = Gauge("gateway_llm_breaker_open", "1 while a model's circuit breaker is open.", ["model"])

@@ -57,6 +57,9 @@ class LimitSettings(BaseSettings):
     )
     max_body_bytes: int = Field(8 * 1024 * 1024, description="Request body size; larger bodies get 413 unread.")
     request_timeout_seconds: float = Field(60.0, description="Whole-request deadline; past it the client gets 504.")
+    max_prompt_chars: int = Field(
+        200_000, description="Characters in a chat request's messages; longer prompts get 400 before any upstream call."
+    )
     max_in_flight: int = Field(
         256,
         description="Requests served at once. Above it, requests are refused with 429 + Retry-After at once "
@@ -82,10 +85,71 @@ class CacheSettings(BaseSettings):
         validation_alias="EMBEDDING_CACHE_TTL_SECONDS",
         description="Lifetime of a vector in Redis. Keys carry the model revision, so this only bounds memory.",
     )
+    chat_cache_mb: float = Field(
+        64.0,
+        validation_alias="CHAT_CACHE_MB",
+        description="Bound of the in-process chat answer cache (without REDIS_URL); 0 disables the exact cache.",
+    )
     redis_timeout_seconds: float = Field(
         0.25,
         validation_alias="REDIS_TIMEOUT_SECONDS",
         description="Socket timeout of cache calls; a slow Redis degrades to cache misses, never to slow answers.",
+    )
+
+
+class LLMSettings(BaseSettings):
+    """Hunyuan, Tencent's OpenAI-compatible chat API."""
+
+    model_config = SettingsConfigDict(env_prefix="HUNYUAN_", frozen=True)
+
+    base_url: str = Field("https://api.hunyuan.cloud.tencent.com/v1", description="OpenAI-compatible base URL.")
+    api_key: SecretStr | None = Field(
+        None, description="Hunyuan API key; unset: chat answers 503 naming this variable."
+    )
+    connect_timeout_seconds: float = Field(5.0, description="TCP/TLS connect deadline per attempt.")
+    first_byte_timeout_seconds: float = Field(
+        60.0,
+        description="Wait for the response headers, and between streamed chunks (idle time, not answer length).",
+    )
+    total_timeout_seconds: float = Field(
+        300.0, description="Whole call, retries included; past it the client gets 504."
+    )
+    max_retries: int = Field(
+        2,
+        description="Retries on connection errors, 429 and 5xx before the first byte; never after it.",
+    )
+    retry_base_seconds: float = Field(
+        0.25, description="First back-off; doubles per retry, with jitter, or Retry-After."
+    )
+    max_connections: int = Field(100, description="Pooled connections to the upstream (keep-alive).")
+    fallback_models: str = Field(
+        "",
+        description="Comma-separated 'model=fallback' pairs tried when the first choice's breaker is open or it fails "
+        "before the first byte, e.g. 'hunyuan-pro=hunyuan-standard'.",
+    )
+    breaker_failures: int = Field(5, description="Consecutive failures that open a model's circuit breaker.")
+    breaker_reset_seconds: float = Field(
+        30.0, description="How long an open breaker answers 503 before one probe call."
+    )
+
+    def fallbacks(self) -> dict[str, list[str]]:
+        chains: dict[str, list[str]] = {}
+        for pair in filter(None, (p.strip() for p in self.fallback_models.split(","))):
+            model, _, fallback = pair.partition("=")
+            chains.setdefault(model.strip(), []).append(fallback.strip())
+        return chains
+
+
+class QuotaSettings(BaseSettings):
+    """The upstream account's quota, enforced across all replicas when REDIS_URL is set."""
+
+    model_config = SettingsConfigDict(env_prefix="HUNYUAN_", frozen=True)
+
+    requests_per_second: float = Field(20.0, description="Account QPS quota (Hunyuan's default is 20).")
+    max_concurrent: int = Field(5, description="Concurrent calls allowed by the account (Hunyuan's default is 5).")
+    tokens_per_minute: int | None = Field(None, description="Optional token budget per minute; unset: not limited.")
+    max_wait_seconds: float = Field(
+        10.0, description="How long a request may wait for a quota slot before it gets 429 with Retry-After."
     )
 
 
@@ -110,4 +174,6 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    llm: LLMSettings = Field(default_factory=LLMSettings)
+    quota: QuotaSettings = Field(default_factory=QuotaSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)

@@ -15,7 +15,7 @@ from export.checkpoint import Checkpoint, resolve_checkpoint
 from export.pipeline import main_export
 from localtriton.server import TritonProcess
 
-pytest_plugins = ["tests.redis_fixtures"]
+pytest_plugins = ["tests.redis_fixtures", "tests.hunyuan_fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACKED_REPOSITORY = ROOT / "model_repository"
@@ -29,6 +29,10 @@ GATEWAY_VARIABLES = (
     "GATEWAY_API_KEYS",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "EMBEDDING_CACHE_MB",
+    "CHAT_CACHE_MB",
+    "HUNYUAN_BASE_URL",
+    "HUNYUAN_API_KEY",
+    "HUNYUAN_FALLBACK_MODELS",
 )
 
 

@@ -8,8 +8,9 @@ from gateway.cache.redis_store import RedisStore
 from gateway.settings import CacheSettings
 
 
-def build_store(settings: CacheSettings) -> ByteStore:
-    """A `RedisStore` when `REDIS_URL` is set, else a `MemoryStore` bounded by `EMBEDDING_CACHE_MB`."""
+def build_store(settings: CacheSettings, *, memory_mb: float | None = None) -> ByteStore:
+    """A `RedisStore` when `REDIS_URL` is set, else a `MemoryStore` of `memory_mb` (default `EMBEDDING_CACHE_MB`)."""
     if settings.redis_url is not None:
         return RedisStore(settings.redis_url.get_secret_value(), timeout_seconds=settings.redis_timeout_seconds)
-    return MemoryStore(int(settings.embedding_cache_mb * 1024 * 1024))
+    megabytes = settings.embedding_cache_mb if memory_mb is None else memory_mb
+    return MemoryStore(int(megabytes * 1024 * 1024))

@@ -12,14 +12,16 @@ from grpc_reflection.v1alpha import reflection
 from gateway.auth import ApiKeyVerifier
 from gateway.grpc.interceptors import GatewayInterceptor
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.grpc.servicer import EmbeddingBackend, EmbeddingsServicer
+from gateway.grpc.servicer import ChatBackend, ChatServicer, EmbeddingBackend, EmbeddingsServicer
 
 EMBEDDINGS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Embeddings"].full_name
+CHAT_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Chat"].full_name
 
 # The generated registration functions are untyped; these names give them the signatures mypy checks.
 _add_embeddings: Callable[[EmbeddingsServicer, grpc.aio.Server], None] = (
     gateway_pb2_grpc.add_EmbeddingsServicer_to_server
 )
+_add_chat: Callable[[ChatServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ChatServicer_to_server
 
 
 @dataclass
@@ -29,7 +31,7 @@ class GrpcServer:
     server: grpc.aio.Server
     health: health.aio.HealthServicer
     port: int
-    services: tuple[str, ...] = (EMBEDDINGS_SERVICE,)
+    services: tuple[str, ...] = (EMBEDDINGS_SERVICE, CHAT_SERVICE)
 
     async def start(self) -> None:
         """Mark every service SERVING, then accept calls."""
@@ -48,13 +50,24 @@ class GrpcServer:
         await self.server.stop(grace)
 
 
-def create_grpc_server(backend: EmbeddingBackend, verifier: ApiKeyVerifier, *, host: str, port: int) -> GrpcServer:
+def create_grpc_server(
+    backend: EmbeddingBackend,
+    verifier: ApiKeyVerifier,
+    *,
+    host: str,
+    port: int,
+    chat: ChatBackend | None = None,
+) -> GrpcServer:
     """Call inside the running event loop that will serve it; then `await GrpcServer.start()`."""
     server = grpc.aio.server(interceptors=[GatewayInterceptor(verifier)])
     _add_embeddings(EmbeddingsServicer(backend), server)
+    if chat is not None:
+        _add_chat(ChatServicer(chat), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection((EMBEDDINGS_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    reflection.enable_server_reflection(
+        (EMBEDDINGS_SERVICE, CHAT_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
     bound = server.add_insecure_port(address(host, port))
     return GrpcServer(server=server, health=health_servicer, port=bound)
 

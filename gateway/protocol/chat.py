@@ -1,0 +1,24 @@
+"""OpenAI chat-completion request (what the gateway validates; every other field passes through)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatCompletionRequest(BaseModel):
+    """Unknown fields (e.g. Hunyuan's `enable_enhancement`) are kept and sent upstream unchanged."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(description="Upstream model, e.g. hunyuan-turbos-latest.")
+    messages: list[ChatMessage] = Field(min_length=1, description="The conversation, oldest first.")
+    stream: StrictBool = Field(False, description="Answer as server-sent events `data: {chunk}` ... `data: [DONE]`.")

@@ -1,0 +1,190 @@
+"""Chat, framework-free: exact cache, quota slot, circuit breaker and fallback models around the upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncGenerator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing
+from typing import Any, Literal, Protocol
+
+from gateway import metrics
+from gateway.cache.chat import ChatAnswer, ExactChatCache, default_ttl, exact_key, prompt_chars
+from gateway.errors import InvalidRequestError, UpstreamError, UpstreamUnavailableError
+from gateway.upstreams.breaker import BreakerBoard
+from gateway.upstreams.llm import LLMClient
+
+ChatCacheOutcome = Literal["hit", "miss"]
+
+
+class QuotaSlot(Protocol):
+    def settle(self, actual_tokens: int) -> None: ...
+
+
+class Quota(Protocol):
+    """The upstream account's quota (`gateway.quota`): a slot per upstream call."""
+
+    def slot(self, estimated_tokens: int = 0) -> AbstractAsyncContextManager[QuotaSlot]: ...
+
+
+class ChatService:
+    def __init__(
+        self,
+        llm: LLMClient,
+        cache: ExactChatCache | None,
+        quota: Quota,
+        breakers: BreakerBoard,
+        fallbacks: dict[str, list[str]],
+        *,
+        max_prompt_chars: int,
+        timeout_seconds: float,
+    ) -> None:
+        self._llm = llm
+        self._cache = cache
+        self._quota = quota
+        self._breakers = breakers
+        self._fallbacks = fallbacks
+        self._max_prompt_chars = max_prompt_chars
+        self._timeout = timeout_seconds
+        self._in_flight: dict[str, asyncio.Task[dict[str, Any]]] = {}
+
+    async def complete(
+        self, body: dict[str, Any], *, use_cache: bool = True
+    ) -> tuple[dict[str, Any], ChatCacheOutcome]:
+        """A non-streamed completion; identical concurrent requests share one upstream call."""
+        self._validate(body)
+        key = exact_key(body)
+        if use_cache and (cached := await self._cached(key)) is not None:
+            return cached.as_completion(), "hit"
+        task = self._in_flight.get(key)
+        if task is None:
+            task = asyncio.create_task(self._complete_upstream(body, key))
+            self._in_flight[key] = task
+            task.add_done_callback(lambda _: self._in_flight.pop(key, None))
+        return await asyncio.shield(task), "miss"
+
+    async def stream(
+        self, body: dict[str, Any], *, use_cache: bool = True
+    ) -> tuple[AsyncGenerator[str, None], ChatCacheOutcome]:
+        """Chunks (JSON texts) of a streamed answer. The upstream is opened before this returns, so
+        failures before the first byte still become a proper HTTP status."""
+        self._validate(body)
+        key = exact_key(body)
+        if use_cache and (cached := await self._cached(key)) is not None:
+            return _replay(cached), "hit"
+        stack = AsyncExitStack()
+        try:
+            model, events, slot = await self._open(stack, body, stream=True)
+        except BaseException:
+            await stack.aclose()
+            raise
+        return self._relay(stack, body, key, model, events, slot), "miss"
+
+    def _validate(self, body: dict[str, Any]) -> None:
+        chars = prompt_chars(body)
+        if chars > self._max_prompt_chars:
+            raise InvalidRequestError(
+                f"prompt has {chars} characters; the maximum is {self._max_prompt_chars}", param="messages"
+            )
+
+    async def _cached(self, key: str) -> ChatAnswer | None:
+        if self._cache is None:
+            return None
+        answer = await self._cache.get(key)
+        if answer is not None:
+            metrics.LLM_SAVED_CALLS.labels(layer="exact").inc()
+            metrics.LLM_SAVED_TOKENS.labels(layer="exact").inc(answer.usage.get("total_tokens", 0))
+        return answer
+
+    async def _complete_upstream(self, body: dict[str, Any], key: str) -> dict[str, Any]:
+        async with asyncio.timeout(self._timeout), AsyncExitStack() as stack:
+            model, result, slot = await self._open(stack, body, stream=False)
+            completion: dict[str, Any] = result
+            _account(model, completion.get("usage") or {}, slot)
+        if self._cache is not None:
+            await self._cache.put(key, ChatAnswer(completion=completion), default_ttl(body))
+        return completion
+
+    async def _open(self, stack: AsyncExitStack, body: dict[str, Any], *, stream: bool) -> tuple[str, Any, QuotaSlot]:
+        """Try the requested model, then its fallbacks, skipping open breakers; the first that answers wins.
+
+        Returns (model, completion or event iterator, quota slot); the slot and the upstream
+        response stay open in `stack`. A failure before the first byte moves on to the next model."""
+        requested = str(body["model"])
+        last_error: Exception | None = None
+        for model in [requested, *self._fallbacks.get(requested, [])]:
+            breaker = self._breakers[model]
+            if not breaker.allow():
+                last_error = UpstreamUnavailableError(
+                    f"model {model!r} is failing; retry in {math.ceil(breaker.retry_after())} s"
+                )
+                continue
+            attempt = AsyncExitStack()
+            try:
+                slot = await attempt.enter_async_context(self._quota.slot(estimate_tokens(body)))
+                upstream_body = {**body, "model": model}
+                if stream:
+                    result: Any = await attempt.enter_async_context(self._llm.stream(upstream_body))
+                else:
+                    result = await self._llm.complete(upstream_body)
+            except UpstreamError as exc:
+                await attempt.aclose()
+                breaker.record_failure()
+                last_error = exc
+                continue
+            except BaseException:
+                await attempt.aclose()
+                raise
+            if not stream:
+                breaker.record_success()
+            stack.push_async_exit(attempt)
+            return model, result, slot
+        assert last_error is not None
+        raise last_error
+
+    async def _relay(
+        self,
+        stack: AsyncExitStack,
+        body: dict[str, Any],
+        key: str,
+        model: str,
+        events: AsyncGenerator[str, None],
+        slot: QuotaSlot,
+    ) -> AsyncGenerator[str, None]:
+        """Forward each upstream chunk as it arrives; store the sequence if the answer ended normally."""
+        chunks: list[dict[str, Any]] = []
+        breaker = self._breakers[model]
+        try:
+            async with aclosing(events):
+                async for payload in events:
+                    yield payload
+                    chunks.append(json.loads(payload))
+            answer = ChatAnswer(chunks=chunks)
+            _account(model, answer.usage, slot)
+        except UpstreamError:
+            breaker.record_failure()
+            raise
+        finally:
+            await stack.aclose()  # also when the client went away: that cancels the upstream call
+        breaker.record_success()
+        if self._cache is not None:
+            await self._cache.put(key, answer, default_ttl(body))
+
+
+def _account(model: str, usage: dict[str, Any], slot: QuotaSlot) -> None:
+    """Count the billed tokens and settle the quota's token estimate with them."""
+    prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    metrics.LLM_TOKENS.labels(model=model, kind="prompt").inc(prompt)
+    metrics.LLM_TOKENS.labels(model=model, kind="completion").inc(completion)
+    slot.settle(prompt + completion)
+
+
+def estimate_tokens(body: dict[str, Any]) -> int:
+    """What a call may cost before it is made: prompt characters / 4 plus the answer budget."""
+    return math.ceil(prompt_chars(body) / 4) + int(body.get("max_tokens") or 512)
+
+
+async def _replay(answer: ChatAnswer) -> AsyncGenerator[str, None]:
+    for chunk in answer.as_chunks():
+        yield json.dumps(chunk, ensure_ascii=False)

@@ -1,0 +1,78 @@
+"""Circuit breakers, one per upstream model: fail fast while a model keeps failing, probe to recover."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+
+from gateway import metrics
+
+
+class BreakerState(str, enum.Enum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class CircuitBreaker:
+    """Opens after `failures` consecutive failures; after `reset_seconds` lets one probe call through
+    (half-open): its success closes the breaker, its failure opens it again."""
+
+    def __init__(self, name: str, failures: int, reset_seconds: float, clock: Callable[[], float] = time.monotonic):
+        if failures < 1 or reset_seconds <= 0:
+            raise ValueError("failures must be >= 1 and reset_seconds > 0")
+        self.name = name
+        self._threshold = failures
+        self._reset_seconds = reset_seconds
+        self._clock = clock
+        self._failures = 0
+        self._opened_at = 0.0
+        self._probing = False
+        self.state = BreakerState.CLOSED
+
+    def allow(self) -> bool:
+        """Whether a call may go to the upstream now."""
+        if self.state is BreakerState.CLOSED:
+            return True
+        if self.state is BreakerState.OPEN and self._clock() - self._opened_at >= self._reset_seconds:
+            self.state = BreakerState.HALF_OPEN
+            self._probing = False
+        if self.state is BreakerState.HALF_OPEN and not self._probing:
+            self._probing = True
+            return True
+        return False
+
+    def retry_after(self) -> float:
+        return max(0.0, self._reset_seconds - (self._clock() - self._opened_at))
+
+    def record_success(self) -> None:
+        self._failures = 0
+        self._probing = False
+        self._set(BreakerState.CLOSED)
+
+    def record_failure(self) -> None:
+        self._failures += 1
+        self._probing = False
+        if self.state is BreakerState.HALF_OPEN or self._failures >= self._threshold:
+            self._opened_at = self._clock()
+            self._set(BreakerState.OPEN)
+
+    def _set(self, state: BreakerState) -> None:
+        self.state = state
+        metrics.BREAKER_STATE.labels(model=self.name).set(1 if state is BreakerState.OPEN else 0)
+
+
+class BreakerBoard:
+    """The breakers of all models, created on first use."""
+
+    def __init__(self, failures: int, reset_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._failures = failures
+        self._reset_seconds = reset_seconds
+        self._clock = clock
+        self._breakers: dict[str, CircuitBreaker] = {}
+
+    def __getitem__(self, model: str) -> CircuitBreaker:
+        if model not in self._breakers:
+            self._breakers[model] = CircuitBreaker(model, self._failures, self._reset_seconds, self._clock)
+        return self._breakers[model]

@@ -1,0 +1,250 @@
+"""POST /v1/chat/completions end to end: real gateway in front of the Hunyuan simulator."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from gateway.settings import CacheSettings, LLMSettings
+from localtriton.server import TritonProcess
+from tests.hunyuan_fixtures import RunningHunyuanSimulator
+from tests.integration.gateway.conftest import RunningGateway
+
+pytestmark = pytest.mark.slow
+
+KEY = "sim-key-secret"
+
+
+def llm(simulator: RunningHunyuanSimulator, **overrides: Any) -> LLMSettings:
+    simulator.config.api_key = KEY
+    values: dict[str, Any] = {"base_url": simulator.base_url, "api_key": SecretStr(KEY), "retry_base_seconds": 0.01}
+    return LLMSettings(**{**values, **overrides})
+
+
+@pytest.fixture
+def chat_gateway(
+    hunyuan_simulator: RunningHunyuanSimulator, triton: TritonProcess, gateway_factory: Callable[..., RunningGateway]
+) -> RunningGateway:
+    return gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), cache=CacheSettings(embedding_cache_mb=0))
+
+
+def ask(text: str, **extra: Any) -> dict[str, Any]:
+    return {"model": "hunyuan-turbos-latest", "messages": [{"role": "user", "content": text}], **extra}
+
+
+def sse_payloads(lines: Iterator[str]) -> list[str]:
+    return [line[len("data: ") :] for line in lines if line.startswith("data: ")]
+
+
+def test_non_streamed_answer_is_proxied_and_then_served_from_the_exact_cache(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+) -> None:
+    url = f"{chat_gateway.base_url}/v1/chat/completions"
+    first = http.post(url, json=ask("What is Triton?", enable_enhancement=False, temperature=0.2))
+    assert first.status_code == 200, first.text
+    assert first.headers["x-cache"] == "miss"
+    body = first.json()
+    assert body["object"] == "chat.completion" and "What is Triton?" in body["choices"][0]["message"]["content"]
+    assert hunyuan_simulator.stats.last_request is not None
+    assert hunyuan_simulator.stats.last_request["enable_enhancement"] is False  # unknown fields pass through
+    calls = hunyuan_simulator.stats.requests_total
+    second = http.post(url, json=ask("What is Triton?", enable_enhancement=False, temperature=0.2))
+    assert second.headers["x-cache"] == "hit" and second.json() == body
+    assert hunyuan_simulator.stats.requests_total == calls
+    bypass = http.post(
+        url,
+        json=ask("What is Triton?", enable_enhancement=False, temperature=0.2),
+        headers={"Cache-Control": "no-cache"},
+    )
+    assert bypass.headers["x-cache"] == "miss" and hunyuan_simulator.stats.requests_total == calls + 1
+
+
+def test_stream_forwards_chunks_as_they_arrive_and_replays_hits_chunk_by_chunk(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+) -> None:
+    hunyuan_simulator.config.ttft_seconds = 0.1
+    hunyuan_simulator.config.tokens_per_second = 40
+    request = ask("Tell me a long story about dynamic batching " * 3, stream=True)
+    with httpx.Client(timeout=30) as direct:
+        upstream = direct.post(
+            f"{hunyuan_simulator.base_url}/chat/completions", json=request, headers={"Authorization": f"Bearer {KEY}"}
+        )
+    expected = sse_payloads(iter(upstream.text.splitlines()))
+    started = time.monotonic()
+    first_at = None
+    with http.stream("POST", f"{chat_gateway.base_url}/v1/chat/completions", json=request) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-cache"] == "miss"
+        lines = []
+        for line in response.iter_lines():
+            if line.startswith("data: ") and first_at is None:
+                first_at = time.monotonic() - started
+            lines.append(line)
+    total = time.monotonic() - started
+    payloads = sse_payloads(iter(lines))
+    assert payloads[-1] == "[DONE]"
+    assert [json.loads(p)["choices"] for p in payloads[:-1]] == [json.loads(p)["choices"] for p in expected[:-1]]
+    assert first_at is not None and first_at < total / 2  # the first token did not wait for the last
+    calls = hunyuan_simulator.stats.requests_total
+    replay = http.post(f"{chat_gateway.base_url}/v1/chat/completions", json=request)
+    assert replay.headers["x-cache"] == "hit" and hunyuan_simulator.stats.requests_total == calls
+    replayed = sse_payloads(iter(replay.text.splitlines()))
+    assert [json.loads(p)["choices"] for p in replayed[:-1]] == [json.loads(p)["choices"] for p in expected[:-1]]
+
+
+def test_client_disconnect_cancels_the_upstream_stream(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator
+) -> None:
+    hunyuan_simulator.config.tokens_per_second = 5
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "POST", f"{chat_gateway.base_url}/v1/chat/completions", json=ask("slow answer please " * 5, stream=True)
+        ) as response,
+    ):
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                break
+    deadline = time.monotonic() + 5
+    while hunyuan_simulator.stats.streams_cancelled < 1:
+        assert time.monotonic() < deadline, "the upstream stream was not cancelled"
+        time.sleep(0.05)
+
+
+def test_broken_upstream_stream_ends_with_an_error_event(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+) -> None:
+    hunyuan_simulator.config.drop_stream_after_chunks = 2
+    response = http.post(f"{chat_gateway.base_url}/v1/chat/completions", json=ask("break please", stream=True))
+    payloads = sse_payloads(iter(response.text.splitlines()))
+    assert payloads[-1] == "[DONE]"
+    assert "stream" in json.loads(payloads[-2])["error"]["message"]
+    assert hunyuan_simulator.stats.requests_total == 1  # after the first byte there is no retry
+
+
+def test_429_and_5xx_before_the_first_byte_are_retried(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+) -> None:
+    hunyuan_simulator.config.fail_next = [429, 503]
+    response = http.post(f"{chat_gateway.base_url}/v1/chat/completions", json=ask("retry me"))
+    assert response.status_code == 200
+    assert hunyuan_simulator.stats.requests_total == 3
+
+
+def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    settings = llm(hunyuan_simulator, max_retries=0, breaker_failures=2, breaker_reset_seconds=0.5)
+    gateway = gateway_factory(triton.grpc_url, llm=settings)
+    url = f"{gateway.base_url}/v1/chat/completions"
+    hunyuan_simulator.config.fail_next = [500, 500]
+    assert http.post(url, json=ask("a")).status_code == 502
+    assert http.post(url, json=ask("b")).status_code == 502
+    calls = hunyuan_simulator.stats.requests_total
+    fast = http.post(url, json=ask("c"))
+    assert fast.status_code == 503 and "is failing" in fast.json()["error"]["message"]
+    assert hunyuan_simulator.stats.requests_total == calls  # open: no upstream call
+    time.sleep(0.6)
+    assert http.post(url, json=ask("d")).status_code == 200  # half-open probe succeeds and closes it
+    assert http.post(url, json=ask("e")).status_code == 200
+
+    fallback = gateway_factory(
+        triton.grpc_url, llm=llm(hunyuan_simulator, max_retries=0, fallback_models="hunyuan-pro=hunyuan-standard")
+    )
+    hunyuan_simulator.config.fail_next = [500]
+    answer = http.post(f"{fallback.base_url}/v1/chat/completions", json={**ask("f"), "model": "hunyuan-pro"})
+    assert answer.status_code == 200 and answer.json()["model"] == "hunyuan-standard"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status", "message"),
+    [
+        ({"json": {"model": "hunyuan-turbos-latest", "messages": []}}, 400, "messages"),
+        ({"json": {"model": "hunyuan-turbos-latest", "messages": [{"role": "wizard", "content": "hi"}]}}, 400, "role"),
+        ({"json": ask("x" * 250_000)}, 400, "the maximum is 200000"),
+        ({"content": b'{"model": "x", "messages": [', "headers": {"content-type": "application/json"}}, 400, "JSON"),
+        ({"json": {"messages": [{"role": "user", "content": "hi"}]}}, 400, "model"),
+    ],
+    ids=["no-messages", "wrong-role", "huge-prompt", "invalid-json", "no-model"],
+)
+def test_bad_chat_input_gets_a_4xx(
+    kwargs: dict[str, Any], status: int, message: str, chat_gateway: RunningGateway, http: httpx.Client
+) -> None:
+    response = http.post(f"{chat_gateway.base_url}/v1/chat/completions", **kwargs)
+    assert response.status_code == status, response.text
+    assert message in response.json()["error"]["message"]
+
+
+def test_missing_api_key_is_503_naming_the_variable(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    gateway = gateway_factory(triton.grpc_url, llm=LLMSettings(base_url=hunyuan_simulator.base_url))
+    response = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("hi"))
+    assert response.status_code == 503 and "HUNYUAN_API_KEY" in response.json()["error"]["message"]
+    assert http.post(f"{gateway.base_url}/v1/embeddings", json={"input": "still works"}).status_code == 200
+
+
+def test_answer_is_shared_by_replicas_through_redis(
+    redis_url: str,
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    shared = CacheSettings(redis_url=SecretStr(redis_url))
+    first, second = (gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), cache=shared) for _ in range(2))
+    assert http.post(f"{first.base_url}/v1/chat/completions", json=ask("shared?")).headers["x-cache"] == "miss"
+    time.sleep(0.05)
+    assert http.post(f"{second.base_url}/v1/chat/completions", json=ask("shared?")).headers["x-cache"] == "hit"
+
+
+def test_openai_client_streams_and_non_streams_unchanged_with_split_utf8(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator
+) -> None:
+    import openai
+
+    hunyuan_simulator.config.split_utf8 = True
+    hunyuan_simulator.config.reply = "你好，世界！这是一个多字节的回答。"
+    with openai.OpenAI(base_url=f"{chat_gateway.base_url}/v1", api_key="unused") as client:
+        whole = client.chat.completions.create(
+            model="hunyuan-turbos-latest", messages=[{"role": "user", "content": "说中文"}]
+        )
+        assert whole.choices[0].message.content == "你好，世界！这是一个多字节的回答。"
+        stream = client.chat.completions.create(
+            model="hunyuan-turbos-latest", messages=[{"role": "user", "content": "再说一次"}], stream=True
+        )
+        pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
+    assert len(pieces) > 2 and "".join(pieces) == "你好，世界！这是一个多字节的回答。"
+
+
+def test_grpc_chat_streams_the_same_chunks(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+) -> None:
+    import grpc
+
+    from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+
+    request = ask("over gRPC please", stream=True)
+    rest = sse_payloads(iter(http.post(f"{chat_gateway.base_url}/v1/chat/completions", json=request).text.splitlines()))
+    with grpc.insecure_channel(chat_gateway.grpc_target) as channel:
+        stub = gateway_pb2_grpc.ChatStub(channel)
+        call = stub.Complete(gateway_pb2.ChatRequest(body_json=json.dumps(request)))
+        chunks = list(call)
+        assert dict(call.initial_metadata())["x-cache"] == "hit"  # the REST call above filled the cache
+        with pytest.raises(grpc.RpcError) as bad:
+            list(stub.Complete(gateway_pb2.ChatRequest(body_json='{"model": "m", "messages": []}')))
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [json.loads(c.chunk_json) for c in chunks] == [json.loads(p) for p in rest[:-1]]
+    assert "".join(c.content for c in chunks) and chunks[-1].finish_reason == "stop"

@@ -1,0 +1,293 @@
+"""`RedisQuotaLimiter` against a real redis-server: the quota holds across OS processes, leases free the slots
+of crashed holders, and a Redis outage falls back to limiting in process instead of failing requests.
+
+Scenarios run in their own event loop (`asyncio.run`) and close their limiters; replicas are separate
+processes running `tests/quota_worker.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Coroutine, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from gateway.errors import OverloadedError
+from gateway.quota import QuotaConfig, RedisQuotaLimiter, build_limiter
+from tests.conftest import free_port
+from tests.redis_fixtures import RedisServer
+
+pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[3]
+NAME = "test"
+SLOTS = "quota:{test}:slots"
+
+
+def run(scenario: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(scenario)
+
+
+def make_limiter(url: str, **fields: Any) -> RedisQuotaLimiter:
+    """A limiter whose rate is out of the way unless the test sets one (back-to-back calls are 1 ms apart)."""
+    config = QuotaConfig(**{"requests_per_second": 1000, **fields})
+    return RedisQuotaLimiter(url, config, name=NAME, backoff_seconds=0.2)
+
+
+def max_in_window(micros: list[int], width_us: int = 1_000_000) -> int:
+    """The most admissions in any closed window [t, t + width] (one starts at an admission at its fullest)."""
+    micros, best, first = sorted(micros), 0, 0
+    for last, end in enumerate(micros):
+        while end - micros[first] > width_us:
+            first += 1
+        best = max(best, last - first + 1)
+    return best
+
+
+def max_overlap(spans: list[tuple[float, float]]) -> int:
+    """The most spans open at one instant (an exit at the same instant as an entry closes first)."""
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    open_now, best = 0, 0
+    for _, change in events:
+        open_now += change
+        best = max(best, open_now)
+    return best
+
+
+def held(server: RedisServer) -> int:
+    return int(server.command("ZCARD", SLOTS).lstrip(b":"))
+
+
+async def refusal(limiter: RedisQuotaLimiter, estimated_tokens: int = 0) -> OverloadedError:
+    with pytest.raises(OverloadedError) as caught:
+        async with limiter.slot(estimated_tokens):
+            pass
+    return caught.value
+
+
+async def hold(limiter: RedisQuotaLimiter, seconds: float) -> None:
+    async with limiter.slot():
+        await asyncio.sleep(seconds)
+
+
+def worker(mode: str, url: str, *options: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "tests.quota_worker", mode, url, "--name", NAME, *options]
+    return subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+@contextmanager
+def workers(count: int, mode: str, url: str, *options: str) -> Iterator[list[subprocess.Popen[str]]]:
+    """Worker processes, killed and reaped on the way out whatever happened."""
+    with ExitStack() as stack:
+        processes = [stack.enter_context(worker(mode, url, *options)) for _ in range(count)]
+        for process in processes:
+            stack.callback(process.kill)
+        yield processes
+
+
+def expect_line(process: subprocess.Popen[str], expected: str) -> None:
+    assert process.stdout is not None
+    line = process.stdout.readline().strip()
+    assert line == expected, f"worker said {line!r} (exit code {process.poll()})"
+
+
+def test_three_processes_together_keep_the_rate_and_the_concurrency(redis_url: str) -> None:
+    rps, concurrency, per_process = 50, 5, 100
+    options = ["--rps", str(rps), "--concurrency", str(concurrency), "--count", str(per_process)]
+    with workers(3, "burst", redis_url, *options) as processes:
+        for process in processes:
+            expect_line(process, "ready")
+        started = time.monotonic()
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        results = [json.loads(process.communicate(timeout=60)[0]) for process in processes]
+    elapsed = time.monotonic() - started
+
+    calls = [call for result in results for call in result["calls"]]
+    assert [result["refused"] for result in results] == [0, 0, 0]
+    assert len(calls) == 3 * per_process and all(call["shared"] for call in calls)
+    admitted = sorted(round(call["admitted_at"] * 1_000_000) for call in calls)  # Redis TIME, microseconds
+    assert min(b - a for a, b in itertools.pairwise(admitted)) > 1_000_000 // rps
+    assert 40 <= max_in_window(admitted) <= rps
+    assert max_overlap([tuple(call["span"]) for call in calls]) <= concurrency
+    assert elapsed < 15  # 6 s at the full rate; no caller starves
+
+
+def test_admissions_are_spaced_on_redis_time(redis_url: str) -> None:
+    async def scenario() -> list[float]:
+        async with make_limiter(redis_url, requests_per_second=50, max_concurrent=100) as limiter:
+
+            async def admitted_at() -> float:
+                async with limiter.slot() as slot:
+                    return slot.admitted_at
+
+            return await asyncio.gather(*(admitted_at() for _ in range(20)))
+
+    admitted = sorted(round(t * 1_000_000) for t in run(scenario()))
+    assert min(b - a for a, b in itertools.pairwise(admitted)) > 20_000
+
+
+def test_no_slot_within_the_wait_raises_overloaded_and_takes_nothing(redis_url: str, redis_server: RedisServer) -> None:
+    async def scenario() -> tuple[OverloadedError, float, int, float]:
+        async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.2) as limiter:
+            holder = asyncio.create_task(hold(limiter, 0.4))
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            error = await refusal(limiter)
+            waited, held_during = time.monotonic() - started, held(redis_server)
+            await holder
+            async with limiter.slot() as slot:
+                return error, waited, held_during, slot.waited_seconds
+
+    error, waited, held_during, next_wait = run(scenario())
+    assert error.status_code == 429 and error.headers == {"Retry-After": "1"}
+    assert waited == pytest.approx(0.2, abs=0.1)
+    assert held_during == 1
+    assert next_wait < 0.1
+    assert held(redis_server) == 0
+
+
+def test_a_rate_wait_beyond_max_wait_fails_at_once(redis_url: str) -> None:
+    async def scenario() -> tuple[OverloadedError, float]:
+        async with make_limiter(redis_url, requests_per_second=0.5, max_wait_seconds=0.5) as limiter:
+            async with limiter.slot():
+                pass
+            started = time.monotonic()
+            return await refusal(limiter), time.monotonic() - started
+
+    error, refused_after = run(scenario())
+    assert refused_after < 0.1
+    assert error.headers == {"Retry-After": "2"}
+
+
+def test_tokens_are_taken_on_entry_and_settled_on_exit(redis_url: str) -> None:
+    async def scenario() -> tuple[OverloadedError, float, OverloadedError]:
+        async with make_limiter(redis_url, tokens_per_minute=600, max_wait_seconds=0.5) as limiter:
+            async with limiter.slot(500) as slot:
+                slot.settle(100)  # 400 given back
+            too_many = await refusal(limiter, 600)  # 500 left: 100 more take 10 s
+            async with limiter.slot(500) as slot:
+                waited = slot.waited_seconds
+                slot.settle(600)  # 100 more than reserved, with the budget used up: the balance goes to -100
+            return too_many, waited, await refusal(limiter, 0)
+
+    too_many, waited, in_debt = run(scenario())
+    assert too_many.headers == {"Retry-After": "10"}
+    assert "600 tokens needed" in too_many.message
+    assert waited < 0.1
+    assert in_debt.headers == {"Retry-After": "10"}
+
+
+def test_the_slot_is_released_when_the_block_raises_or_is_cancelled(redis_url: str, redis_server: RedisServer) -> None:
+    async def scenario() -> int:
+        async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.5) as limiter:
+            with pytest.raises(RuntimeError, match="upstream broke"):
+                async with limiter.slot():
+                    raise RuntimeError("upstream broke")
+            holder = asyncio.create_task(hold(limiter, 10))
+            await asyncio.sleep(0.1)
+            holding = held(redis_server)
+            holder.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await holder
+            async with limiter.slot():
+                return holding
+
+    assert run(scenario()) == 1
+    assert held(redis_server) == 0
+
+
+def test_a_crashed_holders_slot_frees_itself_after_the_lease(redis_url: str) -> None:
+    with workers(1, "hold", redis_url, "--concurrency", "1", "--lease", "1") as (process,):
+        expect_line(process, "held")
+        process.kill()
+        process.wait(timeout=10)
+    killed_at = time.monotonic()
+
+    async def scenario() -> tuple[OverloadedError, float]:
+        async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0, lease_seconds=1) as busy:
+            error = await refusal(busy)
+        patient = make_limiter(redis_url, max_concurrent=1, max_wait_seconds=3, lease_seconds=1)
+        async with patient, patient.slot():
+            return error, time.monotonic() - killed_at
+
+    error, freed_after = run(scenario())
+    assert "all 1 concurrent calls busy" in error.message
+    assert freed_after < 1.3  # at most one lease after the last renewal
+
+
+def test_a_live_holder_keeps_its_slot_beyond_the_lease(redis_url: str) -> None:
+    async def scenario() -> OverloadedError:
+        async with (
+            make_limiter(redis_url, max_concurrent=1, lease_seconds=0.6) as owner,
+            make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0, lease_seconds=0.6) as other,
+        ):
+            holder = asyncio.create_task(hold(owner, 1.5))
+            await asyncio.sleep(1.2)  # twice the lease
+            error = await refusal(other)
+            await holder
+            return error
+
+    assert "concurrent calls busy" in run(scenario()).message
+
+
+def test_redis_down_falls_back_to_local_limiting_logged_once(
+    redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> tuple[list[bool], OverloadedError, bool]:
+        async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.05) as limiter:
+            shared = [await slot_is_shared(limiter)]
+            redis_server.stop()
+            shared += [await slot_is_shared(limiter) for _ in range(3)]
+            async with limiter.slot():
+                busy = await refusal(limiter)  # the local fallback enforces the same limits
+            redis_server.start()
+            await asyncio.sleep(0.25)  # past the back-off
+            return shared, busy, await slot_is_shared(limiter)
+
+    with caplog.at_level(logging.WARNING, logger="gateway.quota"):
+        shared, busy, shared_again = run(scenario())
+    assert shared == [True, False, False, False]
+    assert "all 1 concurrent calls busy" in busy.message
+    assert shared_again
+    messages = [record.getMessage() for record in caplog.records]
+    assert sum("Redis unreachable" in message for message in messages) == 1
+    assert sum("Redis answers again" in message for message in messages) == 1
+
+
+def test_an_unreachable_redis_never_fails_requests() -> None:
+    async def scenario() -> bool:
+        url = f"redis://127.0.0.1:{free_port()}/0"
+        async with make_limiter(url) as limiter:
+            return await slot_is_shared(limiter)
+
+    assert run(scenario()) is False
+
+
+def test_build_limiter_shares_the_quota_under_the_names_hash_tag(redis_url: str, redis_server: RedisServer) -> None:
+    async def scenario() -> bytes:
+        limiter = build_limiter(QuotaConfig(), redis_url, name="hunyuan")
+        try:
+            async with limiter.slot():
+                return redis_server.command("EXISTS", "quota:{hunyuan}:slots")
+        finally:
+            await limiter.aclose()
+
+    assert run(scenario()) == b":1"
+
+
+async def slot_is_shared(limiter: RedisQuotaLimiter) -> bool:
+    async with limiter.slot() as slot:
+        return slot.shared

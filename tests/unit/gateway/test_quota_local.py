@@ -1,0 +1,259 @@
+"""`LocalQuotaLimiter`: rate, concurrency and token limits; waiting, refusing without taking, releasing on every exit.
+
+Each scenario runs in its own event loop (`asyncio.run`) on the real clock, with rates high enough
+that the whole module takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from gateway.errors import OverloadedError
+from gateway.quota import LocalQuotaLimiter, QuotaConfig, build_limiter
+
+T = TypeVar("T")
+
+
+def run(scenario: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(scenario)
+
+
+def make_limiter(**fields: Any) -> LocalQuotaLimiter:
+    """A limiter whose rate is out of the way unless the test sets one (back-to-back calls are 1 ms apart)."""
+    return LocalQuotaLimiter(QuotaConfig(**{"requests_per_second": 1000, **fields}), name="test")
+
+
+def max_in_window(times: list[float], width: float = 1.0) -> int:
+    """The most admissions in any closed window [t, t + width] (one starts at an admission at its fullest)."""
+    micros = sorted(round(t * 1_000_000) for t in times)
+    width_us, best, first = round(width * 1_000_000), 0, 0
+    for last, end in enumerate(micros):
+        while end - micros[first] > width_us:
+            first += 1
+        best = max(best, last - first + 1)
+    return best
+
+
+async def admitted_at(limiter: LocalQuotaLimiter, estimated_tokens: int = 0) -> float:
+    async with limiter.slot(estimated_tokens) as slot:
+        return slot.admitted_at
+
+
+async def hold(limiter: LocalQuotaLimiter, seconds: float) -> None:
+    async with limiter.slot():
+        await asyncio.sleep(seconds)
+
+
+async def refusal(limiter: LocalQuotaLimiter, estimated_tokens: int = 0) -> OverloadedError:
+    with pytest.raises(OverloadedError) as caught:
+        await admitted_at(limiter, estimated_tokens)
+    return caught.value
+
+
+def test_rate_spreads_a_burst_so_no_second_holds_more_than_the_rate() -> None:
+    async def scenario() -> list[float]:
+        limiter = make_limiter(requests_per_second=50, max_concurrent=100, max_wait_seconds=5)
+        return await asyncio.gather(*(admitted_at(limiter) for _ in range(60)))
+
+    times = sorted(run(scenario()))
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert min(gaps) >= 1 / 50
+    assert 45 <= max_in_window(times) <= 50  # a few wake-ups land late: a slot is never taken early
+    assert times[-1] - times[0] == pytest.approx(59 / 50, abs=0.1)
+
+
+def test_concurrency_never_exceeds_the_limit_and_a_release_wakes_the_next_waiter_at_once() -> None:
+    in_block, most = 0, 0
+
+    async def call(limiter: LocalQuotaLimiter) -> float:
+        nonlocal in_block, most
+        async with limiter.slot() as slot:
+            in_block += 1
+            most = max(most, in_block)
+            await asyncio.sleep(0.05)
+            in_block -= 1
+            return slot.waited_seconds
+
+    async def scenario() -> list[float]:
+        limiter = make_limiter(requests_per_second=1000, max_concurrent=3, max_wait_seconds=5)
+        return await asyncio.gather(*(call(limiter) for _ in range(12)))
+
+    started = time.monotonic()
+    waits = run(scenario())
+    assert most == 3
+    assert time.monotonic() - started < 0.05 * 4 + 0.15  # four rounds of three: no polling delay between them
+    assert sorted(waits)[-1] == pytest.approx(0.15, abs=0.05)
+
+
+def test_no_slot_within_the_wait_raises_overloaded_after_max_wait_and_takes_nothing() -> None:
+    async def scenario() -> tuple[OverloadedError, float, float]:
+        limiter = make_limiter(max_concurrent=1, max_wait_seconds=0.1)
+        holder = asyncio.create_task(hold(limiter, 0.2))
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        error = await refusal(limiter)
+        waited = time.monotonic() - started
+        await holder
+        async with limiter.slot() as slot:
+            return error, waited, slot.waited_seconds
+
+    error, waited, next_wait = run(scenario())
+    assert error.status_code == 429
+    assert error.headers == {"Retry-After": "1"}
+    assert "all 1 concurrent calls busy" in error.message
+    assert waited == pytest.approx(0.1, abs=0.05)
+    assert next_wait < 0.05
+
+
+def test_a_rate_wait_beyond_max_wait_fails_at_once_and_does_not_push_back_the_next_slot() -> None:
+    async def scenario() -> tuple[OverloadedError, float, float]:
+        limiter = make_limiter(requests_per_second=2, max_wait_seconds=0.1)
+        await admitted_at(limiter)
+        started = time.monotonic()
+        error = await refusal(limiter)
+        refused_after = time.monotonic() - started
+        await asyncio.sleep(0.5)
+        async with limiter.slot() as slot:
+            return error, refused_after, slot.waited_seconds
+
+    error, refused_after, next_wait = run(scenario())
+    assert refused_after < 0.05
+    assert error.headers == {"Retry-After": "1"}
+    assert "2 requests/s in use" in error.message
+    assert next_wait < 0.05
+
+
+def test_queued_callers_are_refused_when_their_own_wait_runs_out() -> None:
+    async def scenario() -> list[BaseException | float]:
+        limiter = make_limiter(max_concurrent=1, max_wait_seconds=0.1)
+        holder = asyncio.create_task(hold(limiter, 0.3))
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        outcomes = await asyncio.gather(*(admitted_at(limiter) for _ in range(5)), return_exceptions=True)
+        elapsed = time.monotonic() - started
+        await holder
+        return [*outcomes, elapsed]
+
+    *outcomes, elapsed = run(scenario())
+    assert all(isinstance(outcome, OverloadedError) for outcome in outcomes)
+    assert isinstance(elapsed, float) and elapsed < 0.2
+
+
+def test_tokens_are_taken_on_entry_and_a_refused_estimate_takes_none() -> None:
+    async def scenario() -> tuple[OverloadedError, float]:
+        limiter = make_limiter(tokens_per_minute=600, max_wait_seconds=0.5)  # 10 tokens per second
+        await admitted_at(limiter, 500)
+        error = await refusal(limiter, 200)  # 100 left: 100 more take 10 s
+        async with limiter.slot(90) as slot:
+            return error, slot.waited_seconds
+
+    error, fitting_wait = run(scenario())
+    assert error.headers == {"Retry-After": "10"}
+    assert "200 tokens needed, 600 tokens/minute in use" in error.message
+    assert fitting_wait < 0.05
+
+
+def test_a_caller_waits_for_the_tokens_it_estimated() -> None:
+    async def scenario() -> float:
+        limiter = make_limiter(tokens_per_minute=6000, max_wait_seconds=1)  # 100 tokens per second
+        await admitted_at(limiter, 6000)
+        async with limiter.slot(20) as slot:
+            return slot.waited_seconds
+
+    assert run(scenario()) == pytest.approx(0.2, abs=0.1)
+
+
+def test_settle_gives_back_an_overestimate_and_charges_an_underestimate() -> None:
+    async def scenario() -> tuple[float, OverloadedError]:
+        limiter = make_limiter(tokens_per_minute=600, max_wait_seconds=0.5)
+        async with limiter.slot(500) as slot:
+            slot.settle(100)
+        async with limiter.slot(500) as slot:  # 400 were given back
+            waited = slot.waited_seconds
+            slot.settle(600)  # 100 more than reserved, with the budget used up: the balance goes to -100
+        return waited, await refusal(limiter, 0)
+
+    waited, error = run(scenario())
+    assert waited < 0.05
+    assert error.headers == {"Retry-After": "10"}
+
+
+def test_an_estimate_above_one_minute_of_budget_takes_the_whole_budget() -> None:
+    async def scenario() -> tuple[int, OverloadedError]:
+        limiter = make_limiter(tokens_per_minute=600, max_wait_seconds=0.5)
+        async with limiter.slot(10_000) as slot:
+            reserved = slot.reserved_tokens
+        return reserved, await refusal(limiter, 10)
+
+    reserved, error = run(scenario())
+    assert reserved == 600
+    assert "10 tokens needed" in error.message
+
+
+def test_the_slot_is_released_when_the_block_raises() -> None:
+    async def scenario() -> float:
+        limiter = make_limiter(max_concurrent=1, max_wait_seconds=0.05)
+        with pytest.raises(RuntimeError, match="upstream broke"):
+            async with limiter.slot():
+                raise RuntimeError("upstream broke")
+        async with limiter.slot() as slot:
+            return slot.waited_seconds
+
+    assert run(scenario()) < 0.05
+
+
+def test_the_slot_is_released_when_the_holder_or_a_waiter_is_cancelled() -> None:
+    async def scenario() -> float:
+        limiter = make_limiter(max_concurrent=1, max_wait_seconds=5)
+        holder = asyncio.create_task(hold(limiter, 10))
+        await asyncio.sleep(0.01)
+        waiter = asyncio.create_task(admitted_at(limiter))
+        await asyncio.sleep(0.01)
+        for task in (waiter, holder):
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        async with limiter.slot() as slot:
+            return slot.waited_seconds
+
+    assert run(scenario()) < 0.05
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"requests_per_second": 0},
+        {"max_concurrent": 0},
+        {"tokens_per_minute": 0},
+        {"max_wait_seconds": -1},
+        {"lease_seconds": 0},
+    ],
+)
+def test_config_rejects_values_that_could_never_admit_a_call(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        QuotaConfig(**fields)
+
+
+def test_negative_token_counts_are_rejected() -> None:
+    async def scenario() -> None:
+        limiter = make_limiter()
+        with pytest.raises(ValueError, match="estimated_tokens"):
+            await admitted_at(limiter, -1)
+        async with limiter.slot() as slot:
+            with pytest.raises(ValueError, match="actual_tokens"):
+                slot.settle(-1)
+
+    run(scenario())
+
+
+def test_build_limiter_without_redis_is_local() -> None:
+    limiter = build_limiter(QuotaConfig(), None, name="hunyuan")
+    assert isinstance(limiter, LocalQuotaLimiter)
+    assert limiter.name == "hunyuan"
+    run(limiter.aclose())
