@@ -120,7 +120,7 @@ class _LocalQuota:
 
     def __init__(self, config: QuotaConfig) -> None:
         self.config = config
-        self.held = 0
+        self._held = 0
         self._tat = 0
         self._capacity = config.tokens_per_minute or 0
         self._level = float(self._capacity)
@@ -134,17 +134,17 @@ class _LocalQuota:
         shortfall = math.ceil((reserved - level) * 60_000_000 / self._capacity) if self._capacity else 0
         if shortfall > wait:
             wait, reason = shortfall, "tokens"
-        if self.held >= self.config.max_concurrent:
+        if self._held >= self.config.max_concurrent:
             return _Denial("concurrency", max(wait, 0) / 1e6, reserved)
         if wait > 0:
             return _Denial(reason, wait / 1e6, reserved)
         self._tat = now + self.config.interval_us
-        self.held += 1
+        self._held += 1
         self._level, self._level_at = level - reserved, now
         return _Grant(admitted_at=now / 1e6)
 
     def give_back(self, token_correction: int) -> None:
-        self.held -= 1
+        self._held -= 1
         if self._capacity and token_correction:
             now = _monotonic_us()
             self._level, self._level_at = min(self._capacity, self._refilled(now) - token_correction), now
@@ -247,7 +247,7 @@ class _WaitingLimiter:
         limit = f"{config.max_wait_seconds:g} s allowed"
         details = {
             "rate": f"{config.requests_per_second:g} requests/s in use, next slot in {wait:.2f} s > {limit}",
-            "concurrency": f"all {config.max_concurrent} concurrent calls busy for {config.max_wait_seconds:g} s",
+            "concurrency": f"all {config.max_concurrent} concurrent calls busy, waited {config.max_wait_seconds:g} s",
             "tokens": f"{denial.reserved_tokens} tokens needed, {config.tokens_per_minute} tokens/minute in use, "
             f"enough in {wait:.1f} s > {limit}",
             "queue": f"still queued behind earlier calls after {config.max_wait_seconds:g} s",
@@ -462,7 +462,7 @@ _ACQUIRE_LUA = (
 local now = now_us()
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {1, now} end  -- a retried call that already got in
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))  -- leases of crashed holders
-local full = redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3])
+local full = redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[3])
 local wait, reason = tonumber(redis.call('GET', KEYS[1]) or '0') - now, 'rate'
 local capacity, reserved = tonumber(ARGV[5]), tonumber(ARGV[6])
 local level = 0

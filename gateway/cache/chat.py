@@ -137,7 +137,7 @@ class ExactChatCache:
             (value,) = await self._store.get_many([key])
         except CacheStoreError as exc:
             metrics.CACHE_ERRORS.labels(cache=self.name, operation="get").inc()
-            log.warning("chat cache unavailable: %s", exc)
+            log.debug("chat cache unavailable: %s", exc)  # counted; the embedding cache logs the outage once
             return None
         answer = None
         if value is not None:

@@ -91,11 +91,18 @@ class RedisStore:
             raise CacheStoreError(f"redis {operation} failed: {type(exc).__name__}: {exc}") from exc
 
 
+# Connections per process. Requests queue for one of these instead of opening a socket each: a burst
+# of hundreds of concurrent connects would itself time out on a busy host.
+MAX_CONNECTIONS = 16
+
+
 def _client(url: str, timeout_seconds: float, health_check_interval: int) -> aioredis.Redis:
-    """The client; a malformed URL is reported without echoing any part of it."""
+    """The client over a bounded pool; a malformed URL is reported without echoing any part of it."""
     try:
-        return aioredis.Redis.from_url(
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=timeout_seconds,
             socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds,
             health_check_interval=health_check_interval,
@@ -103,3 +110,4 @@ def _client(url: str, timeout_seconds: float, health_check_interval: int) -> aio
         )
     except ValueError:
         raise ValueError("REDIS_URL is malformed (expected redis://, rediss:// or unix://)") from None
+    return aioredis.Redis.from_pool(pool)  # the client owns the pool and closes it

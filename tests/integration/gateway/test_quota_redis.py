@@ -153,7 +153,7 @@ def test_no_slot_within_the_wait_raises_overloaded_and_takes_nothing(redis_url: 
 
     error, waited, held_during, next_wait = run(scenario())
     assert error.status_code == 429 and error.headers == {"Retry-After": "1"}
-    assert waited == pytest.approx(0.2, abs=0.1)
+    assert 0.2 <= waited < 0.4
     assert held_during == 1
     assert next_wait < 0.1
     assert held(redis_server) == 0
@@ -225,7 +225,7 @@ def test_a_crashed_holders_slot_frees_itself_after_the_lease(redis_url: str) -> 
 
     error, freed_after = run(scenario())
     assert "all 1 concurrent calls busy" in error.message
-    assert freed_after < 1.3  # at most one lease after the last renewal
+    assert freed_after < 1.5  # at most one lease after the last renewal
 
 
 def test_a_live_holder_keeps_its_slot_beyond_the_lease(redis_url: str) -> None:

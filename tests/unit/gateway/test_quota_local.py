@@ -65,7 +65,7 @@ def test_rate_spreads_a_burst_so_no_second_holds_more_than_the_rate() -> None:
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert min(gaps) >= 1 / 50
     assert 45 <= max_in_window(times) <= 50  # a few wake-ups land late: a slot is never taken early
-    assert times[-1] - times[0] == pytest.approx(59 / 50, abs=0.1)
+    assert times[-1] - times[0] < 1.5  # 59 gaps of 0.02 s, plus late wake-ups
 
 
 def test_concurrency_never_exceeds_the_limit_and_a_release_wakes_the_next_waiter_at_once() -> None:
@@ -87,8 +87,8 @@ def test_concurrency_never_exceeds_the_limit_and_a_release_wakes_the_next_waiter
     started = time.monotonic()
     waits = run(scenario())
     assert most == 3
-    assert time.monotonic() - started < 0.05 * 4 + 0.15  # four rounds of three: no polling delay between them
-    assert sorted(waits)[-1] == pytest.approx(0.15, abs=0.05)
+    assert time.monotonic() - started < 1  # four rounds of 0.05 s; without the wake-up the last would wait 5 s
+    assert 0.15 <= max(waits) < 0.5
 
 
 def test_no_slot_within_the_wait_raises_overloaded_after_max_wait_and_takes_nothing() -> None:
@@ -107,7 +107,7 @@ def test_no_slot_within_the_wait_raises_overloaded_after_max_wait_and_takes_noth
     assert error.status_code == 429
     assert error.headers == {"Retry-After": "1"}
     assert "all 1 concurrent calls busy" in error.message
-    assert waited == pytest.approx(0.1, abs=0.05)
+    assert 0.1 <= waited < 0.3
     assert next_wait < 0.05
 
 
@@ -142,7 +142,7 @@ def test_queued_callers_are_refused_when_their_own_wait_runs_out() -> None:
 
     *outcomes, elapsed = run(scenario())
     assert all(isinstance(outcome, OverloadedError) for outcome in outcomes)
-    assert isinstance(elapsed, float) and elapsed < 0.2
+    assert isinstance(elapsed, float) and 0.1 <= elapsed < 0.25
 
 
 def test_tokens_are_taken_on_entry_and_a_refused_estimate_takes_none() -> None:
@@ -166,7 +166,7 @@ def test_a_caller_waits_for_the_tokens_it_estimated() -> None:
         async with limiter.slot(20) as slot:
             return slot.waited_seconds
 
-    assert run(scenario()) == pytest.approx(0.2, abs=0.1)
+    assert 0.19 <= run(scenario()) < 0.4
 
 
 def test_settle_gives_back_an_overestimate_and_charges_an_underestimate() -> None:

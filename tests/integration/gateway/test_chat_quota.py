@@ -1,0 +1,80 @@
+"""The upstream quota is the account's: three gateway processes sharing one Redis stay inside it together."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from localtriton.server import TritonProcess, wait_for_http_ok
+from tests.conftest import ROOT, free_port
+from tests.hunyuan_fixtures import RunningHunyuanSimulator
+
+pytestmark = pytest.mark.slow
+
+QUOTA = 20
+REQUESTS = 300
+
+
+@pytest.fixture
+def replicas(redis_url: str, triton: TritonProcess, hunyuan_simulator: RunningHunyuanSimulator) -> Iterator[list[str]]:
+    hunyuan_simulator.config.api_key = "quota-key"
+    hunyuan_simulator.config.qps_quota = QUOTA
+    processes, urls = [], []
+    for _ in range(3):
+        port = free_port()
+        env = {
+            **os.environ,
+            "TRITON_URL": triton.grpc_url,
+            "REDIS_URL": redis_url,
+            "HUNYUAN_BASE_URL": hunyuan_simulator.base_url,
+            "HUNYUAN_API_KEY": "quota-key",
+            "HUNYUAN_REQUESTS_PER_SECOND": str(QUOTA),
+            "HUNYUAN_MAX_WAIT_SECONDS": "60",
+            "HUNYUAN_MAX_RETRIES": "0",  # a 429 would surface instead of being retried away
+            "GATEWAY_HOST": "127.0.0.1",
+            "GATEWAY_HTTP_PORT": str(port),
+            "GATEWAY_GRPC_PORT": str(free_port()),
+            "GATEWAY_LOG_LEVEL": "WARNING",
+        }
+        processes.append(
+            subprocess.Popen([sys.executable, "-m", "gateway"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+        )
+        urls.append(f"http://127.0.0.1:{port}")
+    try:
+        for url in urls:
+            wait_for_http_ok(f"{url}/healthz", timeout=60)
+        yield urls
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+
+
+def test_three_replicas_never_exceed_the_accounts_qps(
+    replicas: list[str], hunyuan_simulator: RunningHunyuanSimulator
+) -> None:
+    async def burst() -> list[int]:
+        limits = httpx.Limits(max_connections=REQUESTS)
+        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+            calls = [
+                client.post(
+                    f"{replicas[i % 3]}/v1/chat/completions",
+                    json={"model": "hunyuan-turbos-latest", "messages": [{"role": "user", "content": f"q{i}"}]},
+                )
+                for i in range(REQUESTS)
+            ]
+            return [r.status_code for r in await asyncio.gather(*calls)]
+
+    statuses = asyncio.run(burst())
+    assert statuses.count(200) == REQUESTS, {s: statuses.count(s) for s in set(statuses)}
+    stats = hunyuan_simulator.stats
+    assert stats.rate_limited == 0
+    assert stats.max_requests_in_any_window(1.0) <= QUOTA
+    assert stats.requests_total == REQUESTS

@@ -1,0 +1,370 @@
+"""The semantic cache's pieces: SimHash, the context key, the matchers and the index on the in-memory store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from gateway import metrics
+from gateway.cache.base import CacheStoreError
+from gateway.cache.chat import exact_key
+from gateway.cache.semantic import (
+    EmbeddingMatcher,
+    MemorySemanticStore,
+    SemanticEntry,
+    SemanticHit,
+    SemanticIndex,
+    SimHashMatcher,
+    decode_entry,
+    encode_entry,
+    semantic_context_key,
+    semantic_query,
+    simhash64,
+    simhash_similarity,
+)
+
+T = TypeVar("T")
+
+
+def run(awaitable: Awaitable[T]) -> T:
+    async def main() -> T:
+        return await awaitable
+
+    return asyncio.run(main())
+
+
+def chat(text: str, **fields: Any) -> dict[str, Any]:
+    earlier = fields.pop("earlier", [])
+    body = {"model": "hunyuan-lite", "temperature": 0.2, "messages": [*earlier, {"role": "user", "content": text}]}
+    return body | fields
+
+
+def similar(a: str, b: str) -> float:
+    return simhash_similarity(simhash64(a), simhash64(b))
+
+
+# --- SimHash ------------------------------------------------------------------------------------
+
+
+def test_simhash_is_stable_and_identical_texts_score_one() -> None:
+    text = "How do I reset my password?"
+    assert simhash64(text) == simhash64(text)
+    assert 0 <= simhash64(text) < 1 << 64
+    assert similar(text, text) == 1.0
+
+
+def test_simhash_ignores_case_and_whitespace() -> None:
+    assert similar("How do I  reset\nmy password?", "how do i reset my PASSWORD?") == 1.0
+
+
+def test_simhash_small_edits_stay_close_and_unrelated_texts_far() -> None:
+    base = "How do I reset the password of my email account?"
+    assert similar(base, "How can I reset the password of my email account?") >= 0.8
+    assert similar(base, "The weather in Paris is sunny with a light breeze today.") <= 0.7
+
+
+def test_simhash_works_on_chinese_without_spaces() -> None:
+    base = "请问如何重置我的电子邮箱账户的登录密码，我忘记了原来的密码"
+    assert similar(base, "请问如何重置我的电子邮箱帐户的登录密码，我忘记了原来的密码") >= 0.8
+    assert similar(base, "今天北京的天气怎么样，会下雨吗，需要带伞吗") <= 0.7
+
+
+def test_simhash_of_short_and_empty_texts() -> None:
+    assert simhash64("") == simhash64("   ") == 0
+    assert simhash64("ab") != 0  # shorter than n: the whole text is one gram
+    with pytest.raises(ValueError, match="n-gram size"):
+        simhash64("text", n=0)
+
+
+def test_simhash_similarity_counts_equal_bits() -> None:
+    assert simhash_similarity(0, 0) == 1.0
+    assert simhash_similarity(0, (1 << 64) - 1) == 0.0
+    assert simhash_similarity(0b1011, 0b0001) == 1 - 2 / 64
+
+
+# --- what is compared ---------------------------------------------------------------------------
+
+
+def test_context_key_is_equal_for_paraphrased_last_turns() -> None:
+    assert semantic_context_key(chat("How do I reset my password?")) == semantic_context_key(
+        chat("What is the way to reset my password?")
+    )
+
+
+def test_context_key_ignores_delivery_fields() -> None:
+    plain = chat("hi")
+    delivered = chat("hello", stream=True, stream_options={"include_usage": True}, user="u-1")
+    assert semantic_context_key(plain) == semantic_context_key(delivered)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        chat("hi", model="hunyuan-pro"),
+        chat("hi", temperature=0.9),
+        chat("hi", top_p=0.5),
+        chat("hi", earlier=[{"role": "system", "content": "Answer in French."}]),
+        chat("hi", earlier=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]),
+        chat("hi") | {"messages": [{"role": "user", "content": "hi", "name": "bob"}]},
+    ],
+)
+def test_context_key_differs_for_model_sampling_and_earlier_turns(other: dict[str, Any]) -> None:
+    assert semantic_context_key(chat("hi")) != semantic_context_key(other)
+
+
+def test_context_key_needs_all_earlier_turns_identical() -> None:
+    first = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    changed = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "B"}]
+    assert semantic_context_key(chat("q", earlier=first)) == semantic_context_key(chat("Q?", earlier=first))
+    assert semantic_context_key(chat("q", earlier=first)) != semantic_context_key(chat("q", earlier=changed))
+
+
+def test_semantic_query_is_the_last_user_text() -> None:
+    assert semantic_query(chat("What is 2+2?", earlier=[{"role": "system", "content": "s"}])) == "What is 2+2?"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m"},
+        {"model": "m", "messages": []},
+        {"model": "m", "messages": "hi"},
+        {"model": "m", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]},
+        {"model": "m", "messages": [{"role": "system", "content": "s"}]},
+        {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]}]},
+        {"model": "m", "messages": [{"role": "user", "content": None}]},
+        {"model": "m", "messages": ["not a message"]},
+    ],
+)
+def test_semantic_query_none_when_not_cacheable(body: dict[str, Any]) -> None:
+    assert semantic_query(body) is None
+
+
+# --- matchers and entries -----------------------------------------------------------------------
+
+
+class FixedEmbedder:
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.vectors = vectors
+
+    async def embed_texts(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        return np.array([self.vectors[t] for t in texts], dtype=np.float32)
+
+
+def test_embedding_matcher_fingerprints_are_unit_float32_and_similarity_is_the_dot_product() -> None:
+    matcher = EmbeddingMatcher(FixedEmbedder({"a": [3.0, 4.0], "b": [1.0, 0.0]}))
+    a, b = run(matcher.fingerprints(["a", "b"]))
+    assert np.frombuffer(a, dtype="<f4").tolist() == pytest.approx([0.6, 0.8])
+    assert len(a) == 8
+    assert matcher.similarity(a, b) == pytest.approx(0.6)
+    assert matcher.similarity(a, a) == pytest.approx(1.0)
+    assert matcher.similarity(a, b"\x00" * 12) == 0.0  # another model's dimension is never a match
+
+
+def test_simhash_matcher_fingerprints_are_eight_bytes() -> None:
+    matcher = SimHashMatcher()
+    a, b = run(matcher.fingerprints(["reset my password", "reset my password!"]))
+    assert len(a) == len(b) == 8
+    assert int.from_bytes(a, "little") == simhash64("reset my password")
+    assert matcher.similarity(a, a) == 1.0
+    assert matcher.similarity(a, b) == similar("reset my password", "reset my password!")
+
+
+def test_entry_framing_round_trips_and_rejects_truncated_entries() -> None:
+    entry = SemanticEntry(b"\x00\x01\xff" * 5, "chat:v1:abc")
+    assert decode_entry(encode_entry(entry)) == entry
+    with pytest.raises(ValueError):
+        decode_entry(encode_entry(entry)[:10])
+    with pytest.raises(ValueError):
+        decode_entry(b"\x01")
+
+
+# --- the index ----------------------------------------------------------------------------------
+
+
+class ScoreMatcher:
+    """Deterministic: a text is "topic:score"; texts of one topic score 1 - |difference|, other topics 0."""
+
+    name = "score"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def fingerprints(self, texts: list[str]) -> list[bytes]:
+        self.calls += 1
+        return [text.encode() for text in texts]
+
+    def similarity(self, a: bytes, b: bytes) -> float:
+        (topic_a, score_a), (topic_b, score_b) = (x.decode().split(":") for x in (a, b))
+        return 1 - abs(float(score_a) - float(score_b)) if topic_a == topic_b else 0.0
+
+
+def with_index(scenario: Callable[[SemanticIndex], Awaitable[T]], threshold: float = 0.9, **options: Any) -> T:
+    async def main() -> T:
+        index = SemanticIndex(MemorySemanticStore(), ScoreMatcher(), threshold, **options)
+        try:
+            return await scenario(index)
+        finally:
+            await index.aclose()
+
+    return asyncio.run(main())
+
+
+async def remember(index: SemanticIndex, *texts: str, **fields: Any) -> None:
+    for text in texts:
+        await index.add(chat(text, **fields), exact_key(chat(text, **fields)))
+
+
+def errors(operation: str) -> float:
+    return float(metrics.CACHE_ERRORS.labels(cache="chat_semantic", operation=operation)._value.get())
+
+
+def test_hit_at_or_above_threshold_returns_the_earlier_exact_key() -> None:
+    async def scenario(index: SemanticIndex) -> list[SemanticHit | None]:
+        await remember(index, "pw:0.50")
+        return [await index.lookup(chat("pw:0.55")), await index.lookup(chat("pw:0.60"))]
+
+    near, edge = with_index(scenario)
+    assert near == SemanticHit(exact_key(chat("pw:0.50")), pytest.approx(0.95))
+    assert edge is not None and edge.answer_key == exact_key(chat("pw:0.50"))
+
+
+def test_miss_below_threshold_other_topic_or_other_context() -> None:
+    async def scenario(index: SemanticIndex) -> list[SemanticHit | None]:
+        await remember(index, "pw:0.50")
+        return [
+            await index.lookup(chat("pw:0.65")),
+            await index.lookup(chat("weather:0.50")),
+            await index.lookup(chat("pw:0.50", model="hunyuan-pro")),
+            await index.lookup(chat("pw:0.50", temperature=1.0)),
+            await index.lookup(chat("pw:0.50", earlier=[{"role": "system", "content": "s"}])),
+            await index.lookup({"model": "hunyuan-lite", "messages": [{"role": "assistant", "content": "pw:0.50"}]}),
+        ]
+
+    assert with_index(scenario) == [None] * 6
+
+
+def test_best_match_is_chosen() -> None:
+    async def scenario(index: SemanticIndex) -> SemanticHit | None:
+        await remember(index, "pw:0.40", "pw:0.52", "pw:0.45", "pw:0.60")
+        return await index.lookup(chat("pw:0.53"))
+
+    hit = with_index(scenario, threshold=0.8)
+    assert hit is not None and hit.answer_key == exact_key(chat("pw:0.52"))
+    assert hit.similarity == pytest.approx(0.99)
+
+
+def test_entries_per_context_are_bounded_newest_kept() -> None:
+    async def scenario(index: SemanticIndex) -> tuple[list[SemanticEntry], SemanticHit | None]:
+        await remember(index, "pw:0.10", "pw:0.20", "pw:0.30", "pw:0.40")
+        entries = await index.store.entries(index._context(chat("pw:0")))
+        return entries, await index.lookup(chat("pw:0.10"))
+
+    entries, oldest = with_index(scenario, threshold=0.95, max_entries_per_context=3)
+    assert [e.answer_key for e in entries] == [exact_key(chat(f"pw:0.{i}0")) for i in (4, 3, 2)]
+    assert oldest is None
+
+
+def test_identical_query_is_added_once_per_context() -> None:
+    async def scenario(index: SemanticIndex) -> tuple[int, int]:
+        await remember(index, "pw:0.50", "pw:0.50", "pw:0.50")
+        await remember(index, "pw:0.50", model="hunyuan-pro")
+        one = len(await index.store.entries(index._context(chat("pw:0.50"))))
+        other = len(await index.store.entries(index._context(chat("pw:0.50", model="hunyuan-pro"))))
+        return one, other
+
+    assert with_index(scenario) == (1, 1)
+
+
+def test_lookup_fingerprint_is_reused_by_the_add_after_a_miss() -> None:
+    matcher = ScoreMatcher()
+
+    async def main() -> None:
+        index = SemanticIndex(MemorySemanticStore(), matcher, 0.9)
+        assert await index.lookup(chat("pw:0.50")) is None
+        await index.add(chat("pw:0.50"), exact_key(chat("pw:0.50")))
+        await index.aclose()
+
+    asyncio.run(main())
+    assert matcher.calls == 1
+
+
+def test_uncacheable_bodies_are_neither_added_nor_looked_up() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "pw:0.5"}]}]}
+
+    async def scenario(index: SemanticIndex) -> SemanticHit | None:
+        await index.add(body, "chat:v1:x")
+        return await index.lookup(body)
+
+    assert with_index(scenario) is None
+
+
+class FailingStore(MemorySemanticStore):
+    async def entries(self, context: str) -> list[SemanticEntry]:
+        raise CacheStoreError("redis lrange failed: ConnectionError")
+
+
+class FailingMatcher(ScoreMatcher):
+    async def fingerprints(self, texts: list[str]) -> list[bytes]:
+        raise RuntimeError("triton unavailable")
+
+
+def test_store_failure_is_counted_and_served_as_a_miss() -> None:
+    before = errors("get"), errors("set")
+
+    async def main() -> SemanticHit | None:
+        index = SemanticIndex(FailingStore(), ScoreMatcher(), 0.9)
+        await index.add(chat("pw:0.5"), "chat:v1:x")
+        return await index.lookup(chat("pw:0.5"))
+
+    assert asyncio.run(main()) is None
+    assert (errors("get"), errors("set")) == (before[0] + 1, before[1] + 1)
+
+
+def test_matcher_failure_is_counted_and_served_as_a_miss() -> None:
+    before = errors("fingerprint")
+
+    async def main() -> SemanticHit | None:
+        index = SemanticIndex(MemorySemanticStore(), FailingMatcher(), 0.9)
+        await index.add(chat("pw:0.5"), "chat:v1:x")
+        return await index.lookup(chat("pw:0.5"))
+
+    assert asyncio.run(main()) is None
+    assert errors("fingerprint") == before + 2
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_memory_store_expires_contexts_and_bounds_their_number() -> None:
+    clock = ManualClock()
+    store = MemorySemanticStore(max_contexts=2, clock=clock)
+    entry = SemanticEntry(b"f", "k")
+
+    async def main() -> list[list[SemanticEntry]]:
+        for context in ("a", "b", "c"):
+            await store.add(context, entry, max_entries=5, ttl_seconds=10)
+        found = [await store.entries(c) for c in ("a", "b", "c")]
+        clock.now += 10
+        return [*found, await store.entries("c")]
+
+    assert asyncio.run(main()) == [[], [entry], [entry], []]
+
+
+@pytest.mark.parametrize(
+    ("threshold", "options"),
+    [(1.5, {}), (0.9, {"max_entries_per_context": 0}), (0.9, {"ttl_seconds": 0})],
+)
+def test_index_rejects_bad_options(threshold: float, options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        SemanticIndex(MemorySemanticStore(), ScoreMatcher(), threshold, **options)
