@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
 
-.PHONY: help setup proto openapi export triton gateway up down test test-fast lint typecheck check clean
+.PHONY: help setup proto openapi export triton gateway up down demo test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -67,7 +67,22 @@ down: ## stop what `make up` started
 		kill -TERM "$$(cat .run/gateway.pid)"; \
 		while kill -0 "$$(cat .run/gateway.pid)" 2>/dev/null; do sleep 0.2; done; echo "gateway stopped"; \
 	fi; rm -f .run/gateway.pid
+	@if [ -f .run/simulator.pid ] && kill -0 "$$(cat .run/simulator.pid)" 2>/dev/null; then \
+		kill -TERM "$$(cat .run/simulator.pid)"; echo "simulator stopped"; \
+	fi; rm -f .run/simulator.pid
 	@if [ -x $(PY) ]; then $(PY) -m localtriton stop; fi
+
+SIMULATOR_PORT ?= 9100
+
+demo: $(EXPORTED) $(PROTO_OUT) ## start the stack with the Hunyuan simulator as upstream and walk through it
+	@mkdir -p .run
+	@if ! { [ -f .run/simulator.pid ] && kill -0 "$$(cat .run/simulator.pid)" 2>/dev/null; }; then \
+		setsid $(PY) -m gateway.sim.hunyuan --port $(SIMULATOR_PORT) --api-key demo-upstream-key >> .run/simulator.log 2>&1 & \
+		echo $$! > .run/simulator.pid; \
+	fi
+	HUNYUAN_BASE_URL=http://127.0.0.1:$(SIMULATOR_PORT)/v1 HUNYUAN_API_KEY=demo-upstream-key $(MAKE) --no-print-directory up
+	$(PY) examples/demo.py
+	@echo "the stack keeps running: try http://127.0.0.1:$(GATEWAY_HTTP_PORT)/docs; 'make down' stops it"
 
 test: $(STAMP) $(PROTO_OUT) ## the whole suite: real export, real Triton
 	$(PY) -m pytest

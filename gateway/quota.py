@@ -462,7 +462,7 @@ _ACQUIRE_LUA = (
 local now = now_us()
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {1, now} end  -- a retried call that already got in
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))  -- leases of crashed holders
-local full = redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[3])
+local full = redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3])
 local wait, reason = tonumber(redis.call('GET', KEYS[1]) or '0') - now, 'rate'
 local capacity, reserved = tonumber(ARGV[5]), tonumber(ARGV[6])
 local level = 0

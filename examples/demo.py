@@ -1,0 +1,48 @@
+"""`make demo`: embeddings, chat and the caches through the gateway, with the official `openai` client.
+
+Runs against what `make demo` starts: Triton, the Hunyuan simulator and the gateway on their default ports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import httpx
+from openai import OpenAI
+
+GATEWAY = os.environ.get("GATEWAY_URL", "http://127.0.0.1:8080")
+
+
+def main() -> int:
+    client = OpenAI(base_url=f"{GATEWAY}/v1", api_key=os.environ.get("GATEWAY_API_KEY", "demo"))
+    texts = ["How do I reset my password?", "I forgot my password, how can I change it?", "The weather is nice today."]
+    vectors = [item.embedding for item in client.embeddings.create(model="bge", input=texts).data]
+    print(f"embeddings: {len(vectors)} x {len(vectors[0])}")
+    for i, text in enumerate(texts[1:], start=1):
+        similarity = sum(a * b for a, b in zip(vectors[0], vectors[i], strict=True))
+        print(f"  cos({texts[0]!r}, {text!r}) = {similarity:.3f}")
+
+    question = [{"role": "user", "content": "用一句话介绍 Triton 推理服务器。"}]
+    started = time.perf_counter()
+    stream = client.chat.completions.create(model="hunyuan-turbos-latest", messages=question, stream=True)
+    first = None
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first or time.perf_counter() - started
+            print(chunk.choices[0].delta.content, end="", flush=True)
+    print(f"\nstreamed chat: first token after {first or 0:.2f} s, done after {time.perf_counter() - started:.2f} s")
+
+    with httpx.Client(timeout=60) as http:
+        body = {"model": "hunyuan-turbos-latest", "messages": [{"role": "user", "content": "What is an embedding?"}]}
+        for attempt in ("first", "repeat"):
+            started = time.perf_counter()
+            response = http.post(f"{GATEWAY}/v1/chat/completions", json=body)
+            elapsed = time.perf_counter() - started
+            print(f"chat ({attempt}): {response.status_code} X-Cache={response.headers.get('x-cache')} {elapsed:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
