@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
 
-.PHONY: help setup proto openapi export triton gateway up down demo test test-fast lint typecheck check clean
+.PHONY: help setup proto openapi export triton gateway up down demo eval-cache test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -71,6 +71,12 @@ down: ## stop what `make up` started
 		kill -TERM "$$(cat .run/simulator.pid)"; echo "simulator stopped"; \
 	fi; rm -f .run/simulator.pid
 	@if [ -x $(PY) ]; then $(PY) -m localtriton stop; fi
+
+DATA ?= ../shared/data
+EVAL_OUT ?= bench/results/cache-eval
+
+eval-cache: $(EXPORTED) ## semantic cache: hit and false-hit rates per threshold on DATA (labelled paraphrase pairs)
+	$(PY) -m bench.eval_cache --data $(DATA) --out $(EVAL_OUT)
 
 SIMULATOR_PORT ?= 9100
 

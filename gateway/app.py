@@ -11,6 +11,15 @@ from fastapi import FastAPI
 from gateway.auth import PUBLIC_PATHS, ApiKeyMiddleware, ApiKeyVerifier
 from gateway.cache.chat import ExactChatCache
 from gateway.cache.embeddings import EmbeddingCache
+from gateway.cache.semantic import (
+    EmbeddingMatcher,
+    Matcher,
+    MemorySemanticStore,
+    RedisSemanticStore,
+    SemanticIndex,
+    SemanticStore,
+    SimHashMatcher,
+)
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
 from gateway.grpc.server import create_grpc_server
@@ -29,8 +38,8 @@ log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
-async def chat_service(settings: Settings) -> AsyncIterator[ChatService]:
-    """The chat service with its pooled upstream client, answer cache and shared quota."""
+async def chat_service(settings: Settings, embeddings: EmbeddingService) -> AsyncIterator[ChatService]:
+    """The chat service with its pooled upstream client, answer caches and shared quota."""
     redis_url = settings.cache.redis_url.get_secret_value() if settings.cache.redis_url else None
     async with AsyncExitStack() as stack:
         llm = await stack.enter_async_context(LLMClient(settings.llm))
@@ -39,6 +48,9 @@ async def chat_service(settings: Settings) -> AsyncIterator[ChatService]:
             store = build_store(settings.cache, memory_mb=settings.cache.chat_cache_mb)
             cache = ExactChatCache(store)
             stack.push_async_callback(cache.aclose)
+        semantic = semantic_index(settings, embeddings, redis_url)
+        if semantic is not None:
+            stack.push_async_callback(semantic.aclose)
         quota = settings.quota
         limiter = build_limiter(
             QuotaConfig(
@@ -46,6 +58,8 @@ async def chat_service(settings: Settings) -> AsyncIterator[ChatService]:
                 max_concurrent=quota.max_concurrent,
                 tokens_per_minute=quota.tokens_per_minute,
                 max_wait_seconds=quota.max_wait_seconds,
+                rate_margin_seconds=quota.rate_margin_seconds,
+                lease_seconds=quota.lease_seconds,
             ),
             redis_url,
             name="hunyuan",
@@ -54,12 +68,24 @@ async def chat_service(settings: Settings) -> AsyncIterator[ChatService]:
         yield ChatService(
             llm,
             cache,
+            semantic,
             limiter,
             BreakerBoard(settings.llm.breaker_failures, settings.llm.breaker_reset_seconds),
             settings.llm.fallbacks(),
             max_prompt_chars=settings.limits.max_prompt_chars,
             timeout_seconds=settings.llm.total_timeout_seconds,
         )
+
+
+def semantic_index(settings: Settings, embeddings: EmbeddingService, redis_url: str | None) -> SemanticIndex | None:
+    config = settings.semantic
+    if config.matcher == "off":
+        return None
+    matcher: Matcher = SimHashMatcher() if config.matcher == "simhash" else EmbeddingMatcher(embeddings)
+    store: SemanticStore = (
+        RedisSemanticStore(redis_url, settings.cache.redis_timeout_seconds) if redis_url else MemorySemanticStore()
+    )
+    return SemanticIndex(store, matcher, config.threshold, max_entries_per_context=config.max_entries_per_context)
 
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
@@ -82,7 +108,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 stack.push_async_callback(cache.aclose)
             service = EmbeddingService(triton, cache, settings.limits)
             app.state.embeddings = service
-            app.state.chat = await stack.enter_async_context(chat_service(settings))
+            app.state.chat = await stack.enter_async_context(chat_service(settings, service))
             grpc_server = create_grpc_server(
                 service, verifier, host=settings.server.host, port=settings.server.grpc_port, chat=app.state.chat
             )

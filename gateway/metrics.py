@@ -55,4 +55,14 @@ LLM_SAVED_TOKENS = Counter(
     "gateway_llm_tokens_saved_total", "Upstream tokens not spent thanks to a cache layer.", ["layer"]
 )
 # layer: exact | semantic
+QUOTA_WAIT = Histogram(
+    "gateway_quota_wait_seconds", "Time a call waited for an upstream quota slot.", ["limiter"], buckets=LATENCY_BUCKETS
+)
+QUOTA_REFUSALS = Counter(
+    "gateway_quota_refusals_total", "Calls refused (429) for want of a quota slot.", ["limiter", "reason"]
+)  # reason: rate | concurrency | tokens | queue
+QUOTA_FALLBACKS = Counter(
+    "gateway_quota_fallbacks_total", "Slots granted by this replica alone because Redis failed.", ["limiter"]
+)
+QUOTA_DEGRADED = Gauge("gateway_quota_degraded", "1 while the shared quota falls back to this replica.", ["limiter"])
 BREAKER_STATE = Gauge("gateway_llm_breaker_open", "1 while a model's circuit breaker is open.", ["model"])

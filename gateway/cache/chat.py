@@ -132,7 +132,8 @@ class ExactChatCache:
     def __init__(self, store: ByteStore) -> None:
         self._store = store
 
-    async def get(self, key: str) -> ChatAnswer | None:
+    async def get(self, key: str, *, count: bool = True) -> ChatAnswer | None:
+        """The answer stored under `key`; `count=False` for reads that are not lookups of their own."""
         try:
             (value,) = await self._store.get_many([key])
         except CacheStoreError as exc:
@@ -145,7 +146,8 @@ class ExactChatCache:
                 answer = ChatAnswer.decode(value)
             except (ValueError, KeyError, TypeError):
                 metrics.CACHE_ERRORS.labels(cache=self.name, operation="get").inc()
-        metrics.CACHE_LOOKUPS.labels(cache=self.name, result="hit" if answer else "miss").inc()
+        if count:
+            metrics.CACHE_LOOKUPS.labels(cache=self.name, result="hit" if answer else "miss").inc()
         return answer
 
     async def put(self, key: str, answer: ChatAnswer, ttl_seconds: int) -> bool:

@@ -43,7 +43,7 @@ class RedisStore:
         health_check_interval: int = 30,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = _client(url, timeout_seconds, health_check_interval)
+        self._client = redis_client(url, timeout_seconds, health_check_interval)
         self.backoff_seconds = backoff_seconds
         self._clock = clock
         self._retry_at = float("-inf")  # on `clock`; before it, calls fail without the network
@@ -96,7 +96,7 @@ class RedisStore:
 MAX_CONNECTIONS = 16
 
 
-def _client(url: str, timeout_seconds: float, health_check_interval: int) -> aioredis.Redis:
+def redis_client(url: str, timeout_seconds: float, health_check_interval: int = 30) -> aioredis.Redis:
     """The client over a bounded pool; a malformed URL is reported without echoing any part of it."""
     try:
         pool = aioredis.BlockingConnectionPool.from_url(

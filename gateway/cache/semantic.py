@@ -30,7 +30,7 @@ import numpy.typing as npt
 from gateway import metrics
 from gateway.cache.base import CacheStoreError
 from gateway.cache.chat import DELIVERY_FIELDS
-from gateway.cache.redis_store import STORE_FAILURES, _client
+from gateway.cache.redis_store import STORE_FAILURES, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ class RedisSemanticStore:
         health_check_interval: int = 30,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = _client(url, timeout_seconds, health_check_interval)
+        self._client = redis_client(url, timeout_seconds, health_check_interval)
         self.backoff_seconds = backoff_seconds
         self._clock = clock
         self._retry_at = float("-inf")
@@ -320,17 +320,12 @@ class SemanticIndex:
     async def lookup(self, body: dict[str, Any]) -> SemanticHit | None:
         """The best earlier match at or above the threshold (the newest among equals), or None."""
         query = semantic_query(body)
-        fingerprint = None if query is None else await self._fingerprint(query)
-        if fingerprint is None:
+        if query is None:
             return None
-        entries = await self._entries(self._context(body), "get")
+        entries = await self._entries(self.context(body), "get")
         if entries is None:
             return None
-        best: SemanticHit | None = None
-        for entry in entries:
-            similarity = self.matcher.similarity(fingerprint, entry.fingerprint)
-            if similarity >= self.threshold and (best is None or similarity > best.similarity):
-                best = SemanticHit(entry.answer_key, similarity)
+        best = await self._best(query, entries) if entries else None  # an empty context needs no embedding
         metrics.CACHE_LOOKUPS.labels(cache=CACHE_NAME, result="hit" if best else "miss").inc()
         return best
 
@@ -339,7 +334,7 @@ class SemanticIndex:
         query = semantic_query(body)
         if query is None:
             return
-        context = self._context(body)
+        context = self.context(body)
         entries = await self._entries(context, "set")
         # Same context and same text means the same exact key, so the key identifies the text.
         if entries is None or any(entry.answer_key == answer_key for entry in entries):
@@ -356,7 +351,8 @@ class SemanticIndex:
     async def aclose(self) -> None:
         await self.store.aclose()
 
-    def _context(self, body: dict[str, Any]) -> str:
+    def context(self, body: dict[str, Any]) -> str:
+        """The store context of `body`: the matcher and everything but the last user text."""
         return f"{self.matcher.name}:{semantic_context_key(body)}"
 
     async def _entries(self, context: str, operation: str) -> list[SemanticEntry] | None:
@@ -365,6 +361,17 @@ class SemanticIndex:
         except CacheStoreError as exc:
             self._failed(operation, exc)
             return None
+
+    async def _best(self, query: str, entries: list[SemanticEntry]) -> SemanticHit | None:
+        fingerprint = await self._fingerprint(query)
+        if fingerprint is None:
+            return None
+        best: SemanticHit | None = None
+        for entry in entries:
+            similarity = self.matcher.similarity(fingerprint, entry.fingerprint)
+            if similarity >= self.threshold and (best is None or similarity > best.similarity):
+                best = SemanticHit(entry.answer_key, similarity)
+        return best
 
     async def _fingerprint(self, query: str) -> bytes | None:
         known = self._recent.get(query)

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from gateway.errors import InvalidRequestError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.protocol.chat import ChatCompletionRequest
+from gateway.services.chat import CacheResult
 from gateway.services.embeddings import EmbeddingResult
 
 
@@ -56,7 +57,7 @@ class ChatBackend(Protocol):
 
     async def stream(
         self, body: dict[str, Any], *, use_cache: bool = True
-    ) -> tuple[AsyncGenerator[str, None], str]: ...
+    ) -> tuple[AsyncGenerator[str, None], CacheResult]: ...
 
 
 class ChatServicer:
@@ -67,8 +68,8 @@ class ChatServicer:
 
     async def Complete(self, request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ChatChunk]:
         body = parse_chat_body(request.body_json)
-        chunks, outcome = await self._backend.stream({**body, "stream": True}, use_cache=not request.no_cache)
-        await context.send_initial_metadata((("x-cache", outcome),))
+        chunks, result = await self._backend.stream({**body, "stream": True}, use_cache=not request.no_cache)
+        await context.send_initial_metadata((("x-cache", result.outcome),))
         async with aclosing(chunks):  # a cancelled call closes the upstream stream
             async for chunk in chunks:
                 yield chat_chunk(chunk)

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from gateway import sse
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.routes.embeddings import ERRORS
-from gateway.services.chat import ChatService
+from gateway.services.chat import CacheResult, ChatService
 
 router = APIRouter()
 
@@ -23,11 +23,18 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     payload = body.model_dump(exclude_unset=True)  # the client's fields only, unknown ones included
     use_cache = "no-cache" not in request.headers.get("cache-control", "")
     if body.stream:
-        events, outcome = await chat(request).stream(payload, use_cache=use_cache)
-        headers = {**sse.HEADERS, "X-Cache": outcome}
+        events, result = await chat(request).stream(payload, use_cache=use_cache)
+        headers = {**sse.HEADERS, **cache_headers(result)}
         return StreamingResponse(sse.encode_stream(events), media_type=sse.MEDIA_TYPE, headers=headers)
-    completion, outcome = await chat(request).complete(payload, use_cache=use_cache)
-    return JSONResponse(completion, headers={"X-Cache": outcome})
+    completion, result = await chat(request).complete(payload, use_cache=use_cache)
+    return JSONResponse(completion, headers=cache_headers(result))
+
+
+def cache_headers(result: CacheResult) -> dict[str, str]:
+    headers: dict[str, str] = {"X-Cache": result.outcome}
+    if result.similarity is not None:
+        headers["X-Cache-Similarity"] = f"{result.similarity:.4f}"
+    return headers
 
 
 def attach_router(app: FastAPI) -> None:

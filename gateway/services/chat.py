@@ -7,15 +7,25 @@ import json
 import math
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from gateway import metrics
 from gateway.cache.chat import ChatAnswer, ExactChatCache, default_ttl, exact_key, prompt_chars
+from gateway.cache.semantic import SemanticIndex
 from gateway.errors import InvalidRequestError, UpstreamError, UpstreamUnavailableError
 from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.llm import LLMClient
 
-ChatCacheOutcome = Literal["hit", "miss"]
+ChatCacheOutcome = Literal["hit", "miss", "semantic"]
+
+
+@dataclass(frozen=True)
+class CacheResult:
+    """How a chat request was answered: `hit` (exact), `semantic` (with its similarity) or `miss`."""
+
+    outcome: ChatCacheOutcome
+    similarity: float | None = None
 
 
 class QuotaSlot(Protocol):
@@ -33,6 +43,7 @@ class ChatService:
         self,
         llm: LLMClient,
         cache: ExactChatCache | None,
+        semantic: SemanticIndex | None,
         quota: Quota,
         breakers: BreakerBoard,
         fallbacks: dict[str, list[str]],
@@ -42,6 +53,7 @@ class ChatService:
     ) -> None:
         self._llm = llm
         self._cache = cache
+        self._semantic = semantic if cache is not None else None  # it points at answers in the exact cache
         self._quota = quota
         self._breakers = breakers
         self._fallbacks = fallbacks
@@ -49,37 +61,37 @@ class ChatService:
         self._timeout = timeout_seconds
         self._in_flight: dict[str, asyncio.Task[dict[str, Any]]] = {}
 
-    async def complete(
-        self, body: dict[str, Any], *, use_cache: bool = True
-    ) -> tuple[dict[str, Any], ChatCacheOutcome]:
+    async def complete(self, body: dict[str, Any], *, use_cache: bool = True) -> tuple[dict[str, Any], CacheResult]:
         """A non-streamed completion; identical concurrent requests share one upstream call."""
         self._validate(body)
         key = exact_key(body)
-        if use_cache and (cached := await self._cached(key)) is not None:
-            return cached.as_completion(), "hit"
+        if use_cache and (cached := await self._cached(body, key)) is not None:
+            answer, result = cached
+            return answer.as_completion(), result
         task = self._in_flight.get(key)
         if task is None:
             task = asyncio.create_task(self._complete_upstream(body, key))
             self._in_flight[key] = task
             task.add_done_callback(lambda _: self._in_flight.pop(key, None))
-        return await asyncio.shield(task), "miss"
+        return await asyncio.shield(task), CacheResult("miss")
 
     async def stream(
         self, body: dict[str, Any], *, use_cache: bool = True
-    ) -> tuple[AsyncGenerator[str, None], ChatCacheOutcome]:
+    ) -> tuple[AsyncGenerator[str, None], CacheResult]:
         """Chunks (JSON texts) of a streamed answer. The upstream is opened before this returns, so
         failures before the first byte still become a proper HTTP status."""
         self._validate(body)
         key = exact_key(body)
-        if use_cache and (cached := await self._cached(key)) is not None:
-            return _replay(cached), "hit"
+        if use_cache and (cached := await self._cached(body, key)) is not None:
+            answer, result = cached
+            return _replay(answer), result
         stack = AsyncExitStack()
         try:
             model, events, slot = await self._open(stack, body, stream=True)
         except BaseException:
             await stack.aclose()
             raise
-        return self._relay(stack, body, key, model, events, slot), "miss"
+        return self._relay(stack, body, key, model, events, slot), CacheResult("miss")
 
     def _validate(self, body: dict[str, Any]) -> None:
         chars = prompt_chars(body)
@@ -88,22 +100,33 @@ class ChatService:
                 f"prompt has {chars} characters; the maximum is {self._max_prompt_chars}", param="messages"
             )
 
-    async def _cached(self, key: str) -> ChatAnswer | None:
+    async def _cached(self, body: dict[str, Any], key: str) -> tuple[ChatAnswer, CacheResult] | None:
+        """The exact answer, else the answer to a paraphrase of the same conversation."""
         if self._cache is None:
             return None
         answer = await self._cache.get(key)
-        if answer is not None:
-            metrics.LLM_SAVED_CALLS.labels(layer="exact").inc()
-            metrics.LLM_SAVED_TOKENS.labels(layer="exact").inc(answer.usage.get("total_tokens", 0))
-        return answer
+        result = CacheResult("hit")
+        if answer is None and self._semantic is not None and (hit := await self._semantic.lookup(body)):
+            answer = await self._cache.get(hit.answer_key, count=False)
+            result = CacheResult("semantic", hit.similarity)
+        if answer is None:
+            return None
+        layer = "exact" if result.outcome == "hit" else "semantic"
+        metrics.LLM_SAVED_CALLS.labels(layer=layer).inc()
+        metrics.LLM_SAVED_TOKENS.labels(layer=layer).inc(answer.usage.get("total_tokens", 0))
+        return answer, result
+
+    async def _store(self, body: dict[str, Any], key: str, answer: ChatAnswer) -> None:
+        if self._cache is not None and await self._cache.put(key, answer, default_ttl(body)):
+            if self._semantic is not None:
+                await self._semantic.add(body, key)
 
     async def _complete_upstream(self, body: dict[str, Any], key: str) -> dict[str, Any]:
         async with asyncio.timeout(self._timeout), AsyncExitStack() as stack:
             model, result, slot = await self._open(stack, body, stream=False)
             completion: dict[str, Any] = result
             _account(model, completion.get("usage") or {}, slot)
-        if self._cache is not None:
-            await self._cache.put(key, ChatAnswer(completion=completion), default_ttl(body))
+        await self._store(body, key, ChatAnswer(completion=completion))
         return completion
 
     async def _open(self, stack: AsyncExitStack, body: dict[str, Any], *, stream: bool) -> tuple[str, Any, QuotaSlot]:
@@ -168,8 +191,7 @@ class ChatService:
         finally:
             await stack.aclose()  # also when the client went away: that cancels the upstream call
         breaker.record_success()
-        if self._cache is not None:
-            await self._cache.put(key, answer, default_ttl(body))
+        await self._store(body, key, answer)
 
 
 def _account(model: str, usage: dict[str, Any], slot: QuotaSlot) -> None:

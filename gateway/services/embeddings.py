@@ -56,6 +56,10 @@ class EmbeddingService:
     async def ready(self) -> bool:
         return await self._embedder.ready()
 
+    async def embed_texts(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        """Vectors only: what the semantic prompt cache compares."""
+        return (await self.embed(texts)).vectors
+
     async def cache_ready(self) -> bool | None:
         """None when no cache is configured."""
         return None if self._cache is None else await self._cache.ping()

@@ -248,3 +248,56 @@ def test_grpc_chat_streams_the_same_chunks(
         assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert [json.loads(c.chunk_json) for c in chunks] == [json.loads(p) for p in rest[:-1]]
     assert "".join(c.content for c in chunks) and chunks[-1].finish_reason == "stop"
+
+
+@pytest.mark.parametrize(
+    ("matcher", "threshold", "question", "paraphrase", "different"),
+    [
+        (
+            "simhash",
+            0.88,
+            "What is the capital of France?",
+            "what is the capital of   france",
+            "What is the capital of Spain?",
+        ),
+        (
+            "embedding",
+            0.9,
+            "How do I reset my password?",
+            "How can I reset my password?",
+            "What is the weather like today?",
+        ),
+    ],
+)
+def test_semantic_cache_serves_paraphrases_only(
+    matcher: str,
+    threshold: float,
+    question: str,
+    paraphrase: str,
+    different: str,
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    from gateway.settings import SemanticCacheSettings
+
+    semantic = SemanticCacheSettings(matcher=matcher, threshold=threshold)
+    gateway = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), semantic=semantic)
+    url = f"{gateway.base_url}/v1/chat/completions"
+    original = http.post(url, json=ask(question))
+    assert original.headers["x-cache"] == "miss"
+    calls = hunyuan_simulator.stats.requests_total
+    hit = http.post(url, json=ask(paraphrase))
+    assert hit.headers["x-cache"] == "semantic", hit.headers
+    assert float(hit.headers["x-cache-similarity"]) >= threshold
+    assert hit.json()["choices"] == original.json()["choices"]
+    streamed = http.post(url, json=ask(paraphrase, stream=True))
+    assert streamed.headers["x-cache"] == "semantic"
+    chunks = sse_payloads(iter(streamed.text.splitlines()))
+    assert len(chunks) > 2 and chunks[-1] == "[DONE]"
+    assert hunyuan_simulator.stats.requests_total == calls
+    assert http.post(url, json=ask(different)).headers["x-cache"] == "miss"
+    earlier = {"role": "user", "content": "Another topic first."}, {"role": "assistant", "content": "Sure."}
+    other_history = {**ask(paraphrase), "messages": [*earlier, {"role": "user", "content": paraphrase}]}
+    assert http.post(url, json=other_history).headers["x-cache"] == "miss"

@@ -119,15 +119,19 @@ def test_three_processes_together_keep_the_rate_and_the_concurrency(redis_url: s
     assert [result["refused"] for result in results] == [0, 0, 0]
     assert len(calls) == 3 * per_process and all(call["shared"] for call in calls)
     admitted = sorted(round(call["admitted_at"] * 1_000_000) for call in calls)  # Redis TIME, microseconds
-    assert min(b - a for a, b in itertools.pairwise(admitted)) > 1_000_000 // rps
-    assert 40 <= max_in_window(admitted) <= rps
+    config = QuotaConfig(requests_per_second=rps)  # the workers' rate and default margin
+    assert min(b - a for a, b in itertools.pairwise(admitted)) >= config.interval_us
+    assert max_in_window(admitted, round((1 + config.rate_margin_seconds) * 1_000_000)) <= rps
+    assert max_in_window(admitted) >= 40  # the rate was what bound
     assert max_overlap([tuple(call["span"]) for call in calls]) <= concurrency
     assert elapsed < 15  # 6 s at the full rate; no caller starves
 
 
 def test_admissions_are_spaced_on_redis_time(redis_url: str) -> None:
     async def scenario() -> list[float]:
-        async with make_limiter(redis_url, requests_per_second=50, max_concurrent=100) as limiter:
+        async with make_limiter(
+            redis_url, requests_per_second=50, max_concurrent=100, rate_margin_seconds=0
+        ) as limiter:
 
             async def admitted_at() -> float:
                 async with limiter.slot() as slot:
@@ -161,7 +165,8 @@ def test_no_slot_within_the_wait_raises_overloaded_and_takes_nothing(redis_url: 
 
 def test_a_rate_wait_beyond_max_wait_fails_at_once(redis_url: str) -> None:
     async def scenario() -> tuple[OverloadedError, float]:
-        async with make_limiter(redis_url, requests_per_second=0.5, max_wait_seconds=0.5) as limiter:
+        limiter = make_limiter(redis_url, requests_per_second=0.5, max_wait_seconds=0.5, rate_margin_seconds=0)
+        async with limiter:
             async with limiter.slot():
                 pass
             started = time.monotonic()

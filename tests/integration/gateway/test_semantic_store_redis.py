@@ -95,7 +95,7 @@ def test_entries_are_bounded_and_added_once(make_store: StoreFactory) -> None:
         texts = [f"question number {i} about something else entirely" for i in range(5)]
         for text in [*texts, texts[-1], texts[-1]]:
             await index.add(chat(text), exact_key(chat(text)))
-        entries = await index.store.entries(index._context(chat("any")))
+        entries = await index.store.entries(index.context(chat("any")))
         assert [e.answer_key for e in entries] == [exact_key(chat(t)) for t in reversed(texts[-3:])]
 
     with_index(make_store, scenario, max_entries_per_context=3)
@@ -104,7 +104,7 @@ def test_entries_are_bounded_and_added_once(make_store: StoreFactory) -> None:
 def test_redis_list_layout_and_expiry(redis_server: RedisServer, redis_url: str) -> None:
     async def scenario(index: SemanticIndex) -> str:
         await index.add(chat(QUESTION), exact_key(chat(QUESTION)))
-        return REDIS_PREFIX + index._context(chat(QUESTION))
+        return REDIS_PREFIX + index.context(chat(QUESTION))
 
     key = with_index(lambda: RedisSemanticStore(redis_url, 0.25), scenario, ttl_seconds=120)
     assert redis_server.command("TYPE", key) == b"+list"

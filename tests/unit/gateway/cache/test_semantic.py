@@ -230,7 +230,8 @@ def test_hit_at_or_above_threshold_returns_the_earlier_exact_key() -> None:
         return [await index.lookup(chat("pw:0.55")), await index.lookup(chat("pw:0.60"))]
 
     near, edge = with_index(scenario)
-    assert near == SemanticHit(exact_key(chat("pw:0.50")), pytest.approx(0.95))
+    assert near is not None and near.answer_key == exact_key(chat("pw:0.50"))
+    assert near.similarity == pytest.approx(0.95)
     assert edge is not None and edge.answer_key == exact_key(chat("pw:0.50"))
 
 
@@ -262,7 +263,7 @@ def test_best_match_is_chosen() -> None:
 def test_entries_per_context_are_bounded_newest_kept() -> None:
     async def scenario(index: SemanticIndex) -> tuple[list[SemanticEntry], SemanticHit | None]:
         await remember(index, "pw:0.10", "pw:0.20", "pw:0.30", "pw:0.40")
-        entries = await index.store.entries(index._context(chat("pw:0")))
+        entries = await index.store.entries(index.context(chat("pw:0")))
         return entries, await index.lookup(chat("pw:0.10"))
 
     entries, oldest = with_index(scenario, threshold=0.95, max_entries_per_context=3)
@@ -274,8 +275,8 @@ def test_identical_query_is_added_once_per_context() -> None:
     async def scenario(index: SemanticIndex) -> tuple[int, int]:
         await remember(index, "pw:0.50", "pw:0.50", "pw:0.50")
         await remember(index, "pw:0.50", model="hunyuan-pro")
-        one = len(await index.store.entries(index._context(chat("pw:0.50"))))
-        other = len(await index.store.entries(index._context(chat("pw:0.50", model="hunyuan-pro"))))
+        one = len(await index.store.entries(index.context(chat("pw:0.50"))))
+        other = len(await index.store.entries(index.context(chat("pw:0.50", model="hunyuan-pro"))))
         return one, other
 
     assert with_index(scenario) == (1, 1)
@@ -286,12 +287,15 @@ def test_lookup_fingerprint_is_reused_by_the_add_after_a_miss() -> None:
 
     async def main() -> None:
         index = SemanticIndex(MemorySemanticStore(), matcher, 0.9)
+        assert await index.lookup(chat("pw:0.50")) is None  # an empty context: nothing to compare, no embedding
+        assert matcher.calls == 0
+        await remember(index, "pw:0.10")
         assert await index.lookup(chat("pw:0.50")) is None
         await index.add(chat("pw:0.50"), exact_key(chat("pw:0.50")))
         await index.aclose()
 
     asyncio.run(main())
-    assert matcher.calls == 1
+    assert matcher.calls == 2
 
 
 def test_uncacheable_bodies_are_neither_added_nor_looked_up() -> None:
@@ -331,7 +335,8 @@ def test_matcher_failure_is_counted_and_served_as_a_miss() -> None:
 
     async def main() -> SemanticHit | None:
         index = SemanticIndex(MemorySemanticStore(), FailingMatcher(), 0.9)
-        await index.add(chat("pw:0.5"), "chat:v1:x")
+        await index.store.add(index.context(chat("x")), SemanticEntry(b"pw:0.5", "k"), max_entries=5, ttl_seconds=60)
+        await index.add(chat("pw:0.6"), "chat:v1:x")
         return await index.lookup(chat("pw:0.5"))
 
     assert asyncio.run(main()) is None
