@@ -117,9 +117,9 @@ class ChatService:
         return answer, result
 
     async def _store(self, body: dict[str, Any], key: str, answer: ChatAnswer) -> None:
-        if self._cache is not None and await self._cache.put(key, answer, default_ttl(body)):
-            if self._semantic is not None:
-                await self._semantic.add(body, key)
+        stored = self._cache is not None and await self._cache.put(key, answer, default_ttl(body))
+        if stored and self._semantic is not None:
+            await self._semantic.add(body, key)
 
     async def _complete_upstream(self, body: dict[str, Any], key: str) -> dict[str, Any]:
         async with asyncio.timeout(self._timeout), AsyncExitStack() as stack:

@@ -14,12 +14,16 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from pydantic import SecretStr
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from gateway.app import create_app
+from gateway.settings import LLMSettings
+from gateway.sim.hunyuan import SimulatorConfig
 from localtriton.server import TritonProcess
 from tests.conftest import GATEWAY_VARIABLES
+from tests.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.integration.gateway.conftest import RunningGateway, gateway_settings
 
 pytestmark = pytest.mark.slow
@@ -31,15 +35,19 @@ CHECKS = [not_a_server_error, status_code_conformance, response_schema_conforman
 
 @pytest.fixture(scope="module")
 def gateway(triton_fp32: TritonProcess) -> Iterator[RunningGateway]:
-    """One gateway for every operation; it reads none of the developer's settings."""
+    """One gateway for every operation, chat going to a Hunyuan simulator; it reads none of the developer's
+    settings."""
+    simulator = RunningHunyuanSimulator(SimulatorConfig(api_key="schema-key")).start()
+    llm = LLMSettings(base_url=simulator.base_url, api_key=SecretStr("schema-key"))
     with pytest.MonkeyPatch.context() as env:
         for name in GATEWAY_VARIABLES:
             env.delenv(name, raising=False)
-        running = RunningGateway(gateway_settings(triton_fp32.grpc_url)).start()
+        running = RunningGateway(gateway_settings(triton_fp32.grpc_url, llm=llm)).start()
         try:
             yield running
         finally:
             running.stop()
+            simulator.stop()
 
 
 def test_live_document_is_the_one_tested(gateway: RunningGateway) -> None:

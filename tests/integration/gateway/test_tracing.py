@@ -33,11 +33,11 @@ def test_server_and_triton_spans_join_the_callers_trace(
     )
     assert response.status_code == 200
     provider.force_flush()
-    spans = list(exporter.get_finished_spans())
+    # Only this request's trace: other servers in this test process (simulators, earlier gateways) trace too.
+    spans = [span for span in exporter.get_finished_spans() if format(span.context.trace_id, "032x") == TRACE_ID]
     by_id = {span.context.span_id: span for span in spans}
     (server,) = [span for span in spans if span.kind is SpanKind.SERVER]
     (upstream,) = [span for span in spans if span.name == "triton.infer"]
-    assert format(server.context.trace_id, "032x") == TRACE_ID
     assert server.parent is not None and format(server.parent.span_id, "016x") == "00f067aa0ba902b7"
     ancestor = upstream
     while ancestor.parent is not None and ancestor.parent.span_id in by_id:
