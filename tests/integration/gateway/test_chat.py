@@ -301,3 +301,57 @@ def test_semantic_cache_serves_paraphrases_only(
     earlier = {"role": "user", "content": "Another topic first."}, {"role": "assistant", "content": "Sure."}
     other_history = {**ask(paraphrase), "messages": [*earlier, {"role": "user", "content": paraphrase}]}
     assert http.post(url, json=other_history).headers["x-cache"] == "miss"
+
+
+def test_only_normally_finished_answers_are_cached_and_costs_are_counted(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+) -> None:
+    url = f"{chat_gateway.base_url}/v1/chat/completions"
+    hunyuan_simulator.config.finish_reason = "length"
+    assert http.post(url, json=ask("cut short")).json()["choices"][0]["finish_reason"] == "length"
+    assert http.post(url, json=ask("cut short")).headers["x-cache"] == "miss"  # a truncated answer is not stored
+    hunyuan_simulator.config.finish_reason = None
+    http.post(url, json=ask("complete answer"))
+    assert http.post(url, json=ask("complete answer")).headers["x-cache"] == "hit"
+    text = http.get(f"{chat_gateway.base_url}/metrics").text
+    assert 'gateway_llm_upstream_calls_total{model="hunyuan-turbos-latest"}' in text
+    assert 'gateway_llm_tokens_total{kind="completion",model="hunyuan-turbos-latest"}' in text
+    assert 'gateway_llm_calls_saved_total{layer="exact"}' in text
+    assert 'gateway_llm_tokens_saved_total{layer="exact"}' in text
+
+
+def test_identical_concurrent_requests_make_one_upstream_call(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator
+) -> None:
+    import asyncio
+
+    hunyuan_simulator.config.ttft_seconds = 0.3
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=chat_gateway.base_url, timeout=30) as client:
+            return list(
+                await asyncio.gather(*(client.post("/v1/chat/completions", json=ask("once")) for _ in range(5)))
+            )
+
+    responses = asyncio.run(burst())
+    assert {r.status_code for r in responses} == {200}
+    assert hunyuan_simulator.stats.requests_total == 1
+    assert len({r.json()["id"] for r in responses}) == 1
+
+
+def test_no_quota_slot_within_the_wait_is_429_with_retry_after(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    from gateway.settings import QuotaSettings
+
+    quota = QuotaSettings(requests_per_second=0.5, max_wait_seconds=0.2)
+    gateway = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), quota=quota)
+    url = f"{gateway.base_url}/v1/chat/completions"
+    assert http.post(url, json=ask("first")).status_code == 200
+    refused = http.post(url, json=ask("second"))
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+    assert "quota exhausted" in refused.json()["error"]["message"]
+    assert hunyuan_simulator.stats.requests_total == 1

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import httpx
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -17,6 +19,11 @@ from tests.integration.gateway.conftest import RunningGateway
 pytestmark = pytest.mark.slow
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def own_trace(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    """Only this request's spans: other servers in this test process (simulators, gateways) trace too."""
+    return [span for span in exporter.get_finished_spans() if format(span.context.trace_id, "032x") == TRACE_ID]
 
 
 def test_server_and_triton_spans_join_the_callers_trace(
@@ -32,9 +39,13 @@ def test_server_and_triton_spans_join_the_callers_trace(
         f"{gateway.base_url}/v1/embeddings", json={"input": "trace me"}, headers={"traceparent": traceparent}
     )
     assert response.status_code == 200
-    provider.force_flush()
-    # Only this request's trace: other servers in this test process (simulators, earlier gateways) trace too.
-    spans = [span for span in exporter.get_finished_spans() if format(span.context.trace_id, "032x") == TRACE_ID]
+    # The server span ends just after the last byte went out, so it may finish after the client has its answer.
+    deadline = time.monotonic() + 5
+    while not any(span.kind is SpanKind.SERVER for span in own_trace(exporter)):
+        assert time.monotonic() < deadline, "no server span for the request"
+        provider.force_flush()
+        time.sleep(0.05)
+    spans = own_trace(exporter)
     by_id = {span.context.span_id: span for span in spans}
     (server,) = [span for span in spans if span.kind is SpanKind.SERVER]
     (upstream,) = [span for span in spans if span.name == "triton.infer"]
