@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from fastapi import FastAPI
 
 from gateway.auth import PUBLIC_PATHS, ApiKeyMiddleware, ApiKeyVerifier
-from gateway.cache.chat import ExactChatCache
+from gateway.cache.chat import ExactChatCache, TtlPolicy
 from gateway.cache.embeddings import EmbeddingCache
 from gateway.cache.semantic import (
     EmbeddingMatcher,
@@ -46,7 +46,12 @@ async def chat_service(settings: Settings, embeddings: EmbeddingService) -> Asyn
         cache = None
         if redis_url or settings.cache.chat_cache_mb > 0:
             store = build_store(settings.cache, memory_mb=settings.cache.chat_cache_mb)
-            cache = ExactChatCache(store)
+            ttl = TtlPolicy(
+                settings.cache.chat_cache_ttl_base_seconds,
+                settings.cache.chat_cache_ttl_per_char_seconds,
+                settings.cache.chat_cache_ttl_max_seconds,
+            )
+            cache = ExactChatCache(store, ttl)
             stack.push_async_callback(cache.aclose)
         semantic = semantic_index(settings, embeddings, redis_url)
         if semantic is not None:

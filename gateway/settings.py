@@ -92,6 +92,15 @@ class CacheSettings(BaseSettings):
         validation_alias="CHAT_CACHE_MB",
         description="Bound of the in-process chat answer cache (without REDIS_URL); 0 disables the exact cache.",
     )
+    chat_cache_ttl_base_seconds: int = Field(
+        3600, validation_alias="CHAT_CACHE_TTL_BASE_SECONDS", description="Lifetime of a cached chat answer..."
+    )
+    chat_cache_ttl_per_char_seconds: int = Field(
+        10, validation_alias="CHAT_CACHE_TTL_PER_CHAR_SECONDS", description="...plus this per prompt character..."
+    )
+    chat_cache_ttl_max_seconds: int = Field(
+        24 * 3600, validation_alias="CHAT_CACHE_TTL_MAX_SECONDS", description="...up to this."
+    )
     redis_timeout_seconds: float = Field(
         0.25,
         validation_alias="REDIS_TIMEOUT_SECONDS",

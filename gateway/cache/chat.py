@@ -21,9 +21,6 @@ log = logging.getLogger(__name__)
 CACHEABLE_FINISH_REASONS = frozenset({"stop", "tool_calls"})
 # Fields that change how the answer is delivered, not what it says.
 DELIVERY_FIELDS = frozenset({"stream", "stream_options", "user"})
-TTL_BASE_SECONDS = 3600
-TTL_PER_PROMPT_CHAR_SECONDS = 10
-TTL_MAX_SECONDS = 24 * 3600
 
 
 def exact_key(body: dict[str, Any]) -> str:
@@ -37,9 +34,16 @@ def prompt_chars(body: dict[str, Any]) -> int:
     return sum(len(json.dumps(m.get("content"), ensure_ascii=False)) for m in body.get("messages", []))
 
 
-def default_ttl(body: dict[str, Any]) -> int:
+@dataclass(frozen=True)
+class TtlPolicy:
     """Longer prompts are asked again less often by chance, so their answers are kept longer (capped)."""
-    return min(TTL_BASE_SECONDS + TTL_PER_PROMPT_CHAR_SECONDS * prompt_chars(body), TTL_MAX_SECONDS)
+
+    base_seconds: int = 3600
+    per_prompt_char_seconds: int = 10
+    max_seconds: int = 24 * 3600
+
+    def for_request(self, body: dict[str, Any]) -> int:
+        return min(self.base_seconds + self.per_prompt_char_seconds * prompt_chars(body), self.max_seconds)
 
 
 @dataclass
@@ -129,8 +133,9 @@ class ExactChatCache:
 
     name = "chat_exact"
 
-    def __init__(self, store: ByteStore) -> None:
+    def __init__(self, store: ByteStore, ttl: TtlPolicy | None = None) -> None:
         self._store = store
+        self._ttl = ttl or TtlPolicy()
 
     async def get(self, key: str, *, count: bool = True) -> ChatAnswer | None:
         """The answer stored under `key`; `count=False` for reads that are not lookups of their own."""
@@ -150,12 +155,12 @@ class ExactChatCache:
             metrics.CACHE_LOOKUPS.labels(cache=self.name, result="hit" if answer else "miss").inc()
         return answer
 
-    async def put(self, key: str, answer: ChatAnswer, ttl_seconds: int) -> bool:
-        """Store `answer` if it ended normally; True when stored."""
+    async def put(self, key: str, body: dict[str, Any], answer: ChatAnswer) -> bool:
+        """Store the answer to `body` if it ended normally; True when stored."""
         if answer.finish_reason not in CACHEABLE_FINISH_REASONS:
             return False
         try:
-            await self._store.set_many({key: answer.encode()}, ttl_seconds)
+            await self._store.set_many({key: answer.encode()}, self._ttl.for_request(body))
         except CacheStoreError:
             metrics.CACHE_ERRORS.labels(cache=self.name, operation="set").inc()
             return False

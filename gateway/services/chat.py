@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from gateway import metrics
-from gateway.cache.chat import ChatAnswer, ExactChatCache, default_ttl, exact_key, prompt_chars
+from gateway.cache.chat import ChatAnswer, ExactChatCache, exact_key, prompt_chars
 from gateway.cache.semantic import SemanticIndex
 from gateway.errors import InvalidRequestError, UpstreamError, UpstreamUnavailableError
+from gateway.services.shared_stream import SharedStream
 from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.llm import LLMClient
 
@@ -60,6 +61,7 @@ class ChatService:
         self._max_prompt_chars = max_prompt_chars
         self._timeout = timeout_seconds
         self._in_flight: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        self._streams: dict[str, SharedStream] = {}
 
     async def complete(self, body: dict[str, Any], *, use_cache: bool = True) -> tuple[dict[str, Any], CacheResult]:
         """A non-streamed completion; identical concurrent requests share one upstream call."""
@@ -79,19 +81,27 @@ class ChatService:
         self, body: dict[str, Any], *, use_cache: bool = True
     ) -> tuple[AsyncGenerator[str, None], CacheResult]:
         """Chunks (JSON texts) of a streamed answer. The upstream is opened before this returns, so
-        failures before the first byte still become a proper HTTP status."""
+        failures before the first byte still become a proper HTTP status. Identical requests arriving
+        while it streams follow the same upstream call."""
         self._validate(body)
         key = exact_key(body)
         if use_cache and (cached := await self._cached(body, key)) is not None:
             answer, result = cached
             return _replay(answer), result
+        if (running := self._streams.get(key)) is not None:
+            return running.follow(), CacheResult("miss")
         stack = AsyncExitStack()
         try:
             model, events, slot = await self._open(stack, body, stream=True)
         except BaseException:
             await stack.aclose()
             raise
-        return self._relay(stack, body, key, model, events, slot), CacheResult("miss")
+        if (running := self._streams.get(key)) is not None:  # another request opened it meanwhile
+            await stack.aclose()
+            return running.follow(), CacheResult("miss")
+        shared = SharedStream(self._relay(stack, body, key, model, events, slot), lambda: self._streams.pop(key, None))
+        self._streams[key] = shared
+        return shared.follow(), CacheResult("miss")
 
     def _validate(self, body: dict[str, Any]) -> None:
         chars = prompt_chars(body)
@@ -117,7 +127,7 @@ class ChatService:
         return answer, result
 
     async def _store(self, body: dict[str, Any], key: str, answer: ChatAnswer) -> None:
-        stored = self._cache is not None and await self._cache.put(key, answer, default_ttl(body))
+        stored = self._cache is not None and await self._cache.put(key, body, answer)
         if stored and self._semantic is not None:
             await self._semantic.add(body, key)
 

@@ -355,3 +355,31 @@ def test_no_quota_slot_within_the_wait_is_429_with_retry_after(
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
     assert "quota exhausted" in refused.json()["error"]["message"]
     assert hunyuan_simulator.stats.requests_total == 1
+
+
+def test_identical_concurrent_streams_follow_one_upstream_call(
+    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator
+) -> None:
+    import asyncio
+
+    hunyuan_simulator.config.tokens_per_second = 20
+    request = ask("stream once for everyone", stream=True)
+
+    async def burst() -> list[list[str]]:
+        async with httpx.AsyncClient(base_url=chat_gateway.base_url, timeout=30) as client:
+
+            async def one(delay: float) -> list[str]:
+                await asyncio.sleep(delay)
+                async with client.stream("POST", "/v1/chat/completions", json=request) as response:
+                    return sse_payloads(aiter_lines_sync(await response.aread()))
+
+            return list(await asyncio.gather(one(0.0), one(0.2), one(0.4)))
+
+    results = asyncio.run(burst())
+    assert hunyuan_simulator.stats.requests_total == 1
+    assert results[0][-1] == "[DONE]" and len(results[0]) > 3
+    assert results[1] == results[0] and results[2] == results[0]  # late followers get the chunks from the start
+
+
+def aiter_lines_sync(body: bytes) -> Iterator[str]:
+    return iter(body.decode().splitlines())

@@ -1,0 +1,60 @@
+"""One upstream stream, followed by every identical request that arrives while it runs (single flight)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
+
+
+class SharedStream:
+    """Chunks of one producer, replayed from the start to each follower and then followed live.
+
+    The producer runs in its own task; it is cancelled (closing the upstream call) only when the
+    last follower has gone.
+    """
+
+    def __init__(self, source: AsyncGenerator[str, None], on_done: Callable[[], object]) -> None:
+        self._chunks: list[str] = []
+        self._done = False
+        self._error: BaseException | None = None
+        self._changed = asyncio.Event()
+        self._followers = 0
+        self._on_done = on_done
+        self._producer = asyncio.create_task(self._produce(source))
+
+    async def follow(self) -> AsyncGenerator[str, None]:
+        self._followers += 1
+        index = 0
+        try:
+            while True:
+                while index < len(self._chunks):
+                    yield self._chunks[index]
+                    index += 1
+                if self._done:
+                    if self._error is not None:
+                        raise self._error
+                    return
+                changed = self._changed
+                await changed.wait()
+        finally:
+            self._followers -= 1
+            if self._followers == 0 and not self._done:
+                self._producer.cancel()
+
+    async def _produce(self, source: AsyncGenerator[str, None]) -> None:
+        try:
+            async with aclosing(source):
+                async for chunk in source:
+                    self._chunks.append(chunk)
+                    self._notify()
+        except Exception as exc:  # handed to every follower
+            self._error = exc
+        finally:
+            self._done = True
+            self._notify()
+            self._on_done()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
