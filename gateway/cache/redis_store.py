@@ -31,8 +31,9 @@ T = TypeVar("T")
 STORE_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
 
 
-class RedisStore:
-    """Keys and values as Redis strings; one MGET per lookup, one pipeline per write."""
+class RedisBackedStore:
+    """A Redis client that fails fast for `backoff_seconds` after a failure, so a dead Redis adds no
+    latency to every request; failures become `CacheStoreError`."""
 
     def __init__(
         self,
@@ -49,7 +50,25 @@ class RedisStore:
         self._retry_at = float("-inf")  # on `clock`; before it, calls fail without the network
 
     def __repr__(self) -> str:
-        return f"RedisStore(backoff_seconds={self.backoff_seconds})"  # no URL: it may hold a password
+        return f"{type(self).__name__}(backoff_seconds={self.backoff_seconds})"  # no URL: it may hold a password
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _call(self, operation: str, command: Callable[[], Awaitable[T]]) -> T:
+        """Run `command`, translating failures; fail fast while backing off after one."""
+        wait = self._retry_at - self._clock()
+        if wait > 0:
+            raise CacheStoreError(f"redis {operation} skipped: backing off after a failure, {wait:.2f} s left")
+        try:
+            return await command()
+        except STORE_FAILURES as exc:
+            self._retry_at = self._clock() + self.backoff_seconds
+            raise CacheStoreError(f"redis {operation} failed: {type(exc).__name__}: {exc}") from exc
+
+
+class RedisStore(RedisBackedStore):
+    """Keys and values as Redis strings; one MGET per lookup, one pipeline per write."""
 
     async def get_many(self, keys: list[str]) -> list[bytes | None]:
         if not keys:
@@ -63,9 +82,6 @@ class RedisStore:
     async def ping(self) -> bool:
         return await self._call("ping", self._ping)
 
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
     async def _mget(self, keys: list[str]) -> list[bytes | None]:
         values = await self._client.mget(keys)
         return [value if isinstance(value, bytes) else None for value in values]
@@ -78,17 +94,6 @@ class RedisStore:
             for key, value in items.items():
                 pipe.set(key, value, ex=ttl_seconds)
             await pipe.execute()
-
-    async def _call(self, operation: str, command: Callable[[], Awaitable[T]]) -> T:
-        """Run `command`, translating failures; fail fast while backing off after one."""
-        wait = self._retry_at - self._clock()
-        if wait > 0:
-            raise CacheStoreError(f"redis {operation} skipped: backing off after a failure, {wait:.2f} s left")
-        try:
-            return await command()
-        except STORE_FAILURES as exc:
-            self._retry_at = self._clock() + self.backoff_seconds
-            raise CacheStoreError(f"redis {operation} failed: {type(exc).__name__}: {exc}") from exc
 
 
 # Connections per process. Requests queue for one of these instead of opening a socket each: a burst

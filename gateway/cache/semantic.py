@@ -21,7 +21,7 @@ import logging
 import struct
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
@@ -30,7 +30,7 @@ import numpy.typing as npt
 from gateway import metrics
 from gateway.cache.base import CacheStoreError
 from gateway.cache.chat import DELIVERY_FIELDS
-from gateway.cache.redis_store import STORE_FAILURES, redis_client
+from gateway.cache.redis_store import RedisBackedStore
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def decode_entry(data: bytes) -> SemanticEntry:
     return SemanticEntry(data[_LENGTH.size : end], data[end:].decode("utf-8"))
 
 
-class RedisSemanticStore:
+class RedisSemanticStore(RedisBackedStore):
     """One Redis list per context (`sem:v1:<context>`), newest entry first, shared by every replica.
 
     A write is one pipeline (LPUSH, LTRIM, EXPIRE), a read one LRANGE, so an entry
@@ -231,22 +231,8 @@ class RedisSemanticStore:
     `CacheStoreError` and, like `RedisStore`, make calls fail fast for `backoff_seconds`.
     """
 
-    def __init__(
-        self,
-        url: str,
-        timeout_seconds: float = 0.25,
-        *,
-        backoff_seconds: float = 1.0,
-        health_check_interval: int = 30,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._client = redis_client(url, timeout_seconds, health_check_interval)
-        self.backoff_seconds = backoff_seconds
-        self._clock = clock
-        self._retry_at = float("-inf")
-
-    def __repr__(self) -> str:
-        return f"RedisSemanticStore(backoff_seconds={self.backoff_seconds})"  # no URL: it may hold a password
+    def __init__(self, url: str, timeout_seconds: float = 0.25, **options: Any) -> None:
+        super().__init__(url, timeout_seconds=timeout_seconds, **options)
 
     async def entries(self, context: str) -> list[SemanticEntry]:
         raw = await self._call("lrange", lambda: self._client.lrange(REDIS_PREFIX + context, 0, -1))
@@ -263,25 +249,12 @@ class RedisSemanticStore:
             "push", lambda: self._push(REDIS_PREFIX + context, encode_entry(entry), max_entries, ttl_seconds)
         )
 
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
     async def _push(self, key: str, value: bytes, max_entries: int, ttl_seconds: int) -> None:
         async with self._client.pipeline(transaction=False) as pipe:
             pipe.lpush(key, value)
             pipe.ltrim(key, 0, max_entries - 1)
             pipe.expire(key, ttl_seconds)
             await pipe.execute()
-
-    async def _call(self, operation: str, command: Callable[[], Awaitable[T]]) -> T:
-        wait = self._retry_at - self._clock()
-        if wait > 0:
-            raise CacheStoreError(f"redis {operation} skipped: backing off after a failure, {wait:.2f} s left")
-        try:
-            return await command()
-        except STORE_FAILURES as exc:
-            self._retry_at = self._clock() + self.backoff_seconds
-            raise CacheStoreError(f"redis {operation} failed: {type(exc).__name__}: {exc}") from exc
 
 
 # --- the index ----------------------------------------------------------------------------------
