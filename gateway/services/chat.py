@@ -8,6 +8,7 @@ import math
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, Protocol
 
 from gateway import metrics
@@ -74,8 +75,13 @@ class ChatService:
         if task is None:
             task = asyncio.create_task(self._complete_upstream(body, key))
             self._in_flight[key] = task
-            task.add_done_callback(lambda _: self._in_flight.pop(key, None))
+            task.add_done_callback(partial(self._forget, key))
         return await asyncio.shield(task), CacheResult("miss")
+
+    def _forget(self, key: str, task: asyncio.Task[dict[str, Any]]) -> None:
+        self._in_flight.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: the waiting requests re-raise it, nobody else must log it
 
     async def stream(
         self, body: dict[str, Any], *, use_cache: bool = True
