@@ -18,7 +18,7 @@ class LimitsMiddleware:
     - a body above `max_body_bytes` gets 413 (by Content-Length before reading, or while reading);
     - above `max_in_flight` concurrent requests, 429 with Retry-After at once: queuing without
       bound would only turn overload into timeouts for everyone;
-    - a request running past `timeout_seconds` gets 504 (if nothing was sent yet) and is cancelled.
+    - a request with no answer after `timeout_seconds` gets 504 and is cancelled (a started stream runs on).
     Health, readiness and metrics are exempt so probes keep answering under load.
     """
 
@@ -53,6 +53,7 @@ class LimitsMiddleware:
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
         received = 0
         started = False
+        deadline = asyncio.timeout(self.timeout_seconds)
 
         async def counting_receive() -> Message:
             nonlocal received
@@ -64,11 +65,15 @@ class LimitsMiddleware:
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start" and not started:
+                started = True
+                # The deadline bounds the wait for an answer; a stream that has begun is bounded by
+                # the upstream's idle timeout instead, however long the answer is.
+                deadline.reschedule(None)
             await send(message)
 
         try:
-            async with asyncio.timeout(self.timeout_seconds):
+            async with deadline:
                 await self.app(scope, counting_receive, tracking_send)
         except TimeoutError:
             if not started:

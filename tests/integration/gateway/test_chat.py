@@ -383,3 +383,21 @@ def test_identical_concurrent_streams_follow_one_upstream_call(
 
 def aiter_lines_sync(body: bytes) -> Iterator[str]:
     return iter(body.decode().splitlines())
+
+
+def test_a_stream_may_outlast_the_request_deadline_once_it_has_begun(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    from gateway.settings import LimitSettings
+
+    hunyuan_simulator.config.tokens_per_second = 10  # about 2 s for this answer
+    limits = LimitSettings(request_timeout_seconds=0.5)
+    gateway = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), limits=limits)
+    response = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("a long streamed answer", stream=True))
+    payloads = sse_payloads(iter(response.text.splitlines()))
+    assert payloads[-1] == "[DONE]" and "error" not in payloads[-2]
+    non_streamed = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("the same, not streamed"))
+    assert non_streamed.status_code == 504  # no answer within the deadline
