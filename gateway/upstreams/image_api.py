@@ -1,0 +1,205 @@
+"""The fal.ai queue protocol (through which Pika is served) over one pooled `httpx.AsyncClient`.
+
+    submit  POST {base}/{model_path}?fal_webhook=<url>   -> request_id, status_url, response_url, cancel_url
+    status  GET  status_url                               -> IN_QUEUE (queue_position) | IN_PROGRESS | COMPLETED
+    result  GET  response_url                             -> the model's output
+    cancel  PUT  cancel_url                               -> 202 CANCELLATION_REQUESTED | 400 ALREADY_COMPLETED
+
+fal builds the three URLs from the app id (`fal-ai/pika/requests/{id}/status`), not from the full model
+path, so they are always taken from the submit answer and never rebuilt here.
+All protocol details live in this module; another provider goes in a module beside it.
+`httpx.HTTPError` never leaves this module, and the API key never appears in an error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from pydantic import SecretStr
+
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    NotFoundError,
+    OverloadedError,
+    UpstreamError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
+
+FalState = Literal["IN_QUEUE", "IN_PROGRESS", "COMPLETED"]
+_STATES: frozenset[str] = frozenset({"IN_QUEUE", "IN_PROGRESS", "COMPLETED"})
+KEY_ENV = "PIKA_API_KEY"
+
+
+class ImageUpstreamError(UpstreamError):
+    """The image upstream failed in a way the client cannot fix."""
+
+
+class ImageUnavailableError(UpstreamUnavailableError):
+    pass
+
+
+class ImageTimeoutError(UpstreamTimeoutError):
+    pass
+
+
+class ImageNotConfiguredError(UpstreamUnavailableError):
+    code = "not_configured"
+
+
+@dataclass(frozen=True)
+class FalSubmission:
+    request_id: str
+    status_url: str
+    response_url: str
+    cancel_url: str
+
+
+@dataclass(frozen=True)
+class FalStatus:
+    state: FalState
+    queue_position: int | None = None
+
+
+class FalQueueClient:
+    """One fal.ai queue app; use as an async context manager or call `aclose`."""
+
+    def __init__(
+        self,
+        base_url: str = "https://queue.fal.run",
+        api_key: SecretStr | None = None,
+        model_path: str = "fal-ai/pika/v2.2/text-to-video",
+        *,
+        connect_timeout_seconds: float = 5.0,
+        read_timeout_seconds: float = 30.0,
+        max_connections: int = 20,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._api_key = api_key
+        self._model_path = model_path.strip("/")
+        timeout = httpx.Timeout(
+            connect=connect_timeout_seconds,
+            read=read_timeout_seconds,
+            write=connect_timeout_seconds,
+            pool=read_timeout_seconds,
+        )
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
+
+    @property
+    def configured(self) -> bool:
+        return self._api_key is not None
+
+    async def __aenter__(self) -> FalQueueClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
+        """Queue one generation; fal calls `webhook_url` (if given) when it finishes."""
+        params = {"fal_webhook": webhook_url} if webhook_url else None
+        response = await self._send("POST", f"{self._base_url}/{self._model_path}", json_body=arguments, params=params)
+        payload = _json_object(response, "submit")
+        fields = ("request_id", "status_url", "response_url", "cancel_url")
+        missing = [name for name in fields if not isinstance(payload.get(name), str) or not payload.get(name)]
+        if missing:
+            raise ImageUpstreamError(f"image upstream submit answer lacks {', '.join(missing)}")
+        return FalSubmission(*(str(payload[name]) for name in fields))
+
+    async def status(self, submission_or_status_url: FalSubmission | str) -> FalStatus:
+        url = (
+            submission_or_status_url.status_url
+            if isinstance(submission_or_status_url, FalSubmission)
+            else submission_or_status_url
+        )
+        payload = _json_object(await self._send("GET", url), "status")
+        state = payload.get("status")
+        if state not in _STATES:
+            raise ImageUpstreamError(f"image upstream status {state!r} is not one of {', '.join(sorted(_STATES))}")
+        position = payload.get("queue_position")
+        queue_position = position if isinstance(position, int) and not isinstance(position, bool) else None
+        return FalStatus(state=state, queue_position=queue_position)
+
+    async def result(self, response_url: str) -> dict[str, Any]:
+        return _json_object(await self._send("GET", response_url), "result")
+
+    async def cancel(self, cancel_url: str) -> bool:
+        """True when fal accepted the cancellation, False when the request had already completed."""
+        response = await self._send("PUT", cancel_url, accept={400})
+        if response.status_code == 400:
+            payload = _json_object(response, "cancel")
+            if payload.get("status") == "ALREADY_COMPLETED":
+                return False
+            raise await _error_of(response, self._api_key)
+        return True
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        *,
+        json_body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+        accept: frozenset[int] | set[int] = frozenset(),
+    ) -> httpx.Response:
+        if self._api_key is None:
+            raise ImageNotConfiguredError(f"video generation is not configured: set {KEY_ENV}")
+        headers = {"Authorization": f"Key {self._api_key.get_secret_value()}"}
+        try:
+            response = await self._client.request(method, url, json=json_body, params=params, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise ImageTimeoutError("image upstream did not answer in time") from exc
+        except httpx.HTTPError as exc:
+            raise ImageUnavailableError(f"image upstream unreachable: {type(exc).__name__}") from exc
+        if response.status_code < 400 or response.status_code in accept:
+            return response
+        raise await _error_of(response, self._api_key)
+
+
+def _json_object(response: httpx.Response, what: str) -> dict[str, Any]:
+    try:
+        payload = response.json()
+    except ValueError as exc:
+        raise ImageUpstreamError(f"image upstream answered an unreadable {what}: {type(exc).__name__}") from exc
+    if not isinstance(payload, dict):
+        raise ImageUpstreamError(f"image upstream {what} answer is a {type(payload).__name__}, expected an object")
+    return payload
+
+
+async def _error_of(response: httpx.Response, api_key: SecretStr | None) -> GatewayError:
+    """fal's error in our classes; its message passes through (an echoed key redacted), our credentials never do."""
+    status = response.status_code
+    try:
+        payload = json.loads(response.content)
+        detail = payload.get("detail", payload) if isinstance(payload, dict) else payload
+        message = str(detail)
+    except ValueError:
+        message = response.reason_phrase
+    secret = api_key.get_secret_value() if api_key is not None else ""
+    if secret:
+        message = message.replace(secret, "***")
+    if status in (401, 403):
+        return ImageUpstreamError(f"image upstream rejected the gateway's credentials ({status}; check {KEY_ENV})")
+    if status == 429:
+        retry_after = response.headers.get("retry-after", "1")
+        try:
+            seconds = int(float(retry_after))
+        except ValueError:
+            seconds = 1
+        return OverloadedError(f"image upstream quota exceeded: {message}", retry_after=max(1, seconds))
+    if status in (400, 422):
+        return InvalidRequestError(f"image upstream rejected the request ({status}): {message}")
+    if status == 404:
+        return NotFoundError(f"image upstream: {message}")
+    if status in (502, 503, 504):
+        return ImageUnavailableError(f"image upstream unavailable ({status}): {message}")
+    return ImageUpstreamError(f"image upstream failed ({status}): {message}")

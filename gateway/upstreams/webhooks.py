@@ -1,0 +1,166 @@
+"""Verification of fal.ai webhook calls (Ed25519 signatures published as a JWKS).
+
+fal signs the UTF-8 bytes of "\\n".join([request_id, user_id, timestamp, sha256_hex(body)]) and sends the
+hex signature in `X-Fal-Webhook-Signature`. The public keys come from a JWKS document
+(`{"keys": [{"kty": "OKP", "crv": "Ed25519", "x": <base64url 32 bytes>}, ...]}`), fetched over one pooled
+`httpx.AsyncClient` and cached. A verification failure against a cache older than `ROTATION_MIN_AGE_SECONDS`
+refetches once, so a rotated key is picked up; a failed fetch is an error, never a silent accept.
+`httpx.HTTPError` never leaves this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+
+import httpx
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from gateway.errors import AuthenticationError, UpstreamUnavailableError
+
+REQUEST_ID_HEADER = "x-fal-webhook-request-id"
+USER_ID_HEADER = "x-fal-webhook-user-id"
+TIMESTAMP_HEADER = "x-fal-webhook-timestamp"
+SIGNATURE_HEADER = "x-fal-webhook-signature"
+ROTATION_MIN_AGE_SECONDS = 300.0
+
+
+class WebhookSignatureError(AuthenticationError):
+    """The webhook call is not signed by fal, is stale, or lacks its signature headers."""
+
+    code = "invalid_signature"
+
+
+class WebhookKeysUnavailableError(UpstreamUnavailableError):
+    """fal's signing keys could not be fetched, so no webhook can be verified."""
+
+    code = "webhook_keys_unavailable"
+
+
+class FalWebhookVerifier:
+    """Checks fal webhook signatures; use as an async context manager or call `aclose`."""
+
+    def __init__(
+        self,
+        jwks_url: str,
+        *,
+        tolerance_seconds: float = 300.0,
+        cache_seconds: float = 3600.0,
+        timeout_seconds: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._jwks_url = jwks_url
+        self._tolerance = tolerance_seconds
+        self._cache_seconds = cache_seconds
+        self._clock = clock
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_seconds), transport=transport)
+        self._keys: list[Ed25519PublicKey] = []
+        self._fetched_at: float | None = None
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> FalWebhookVerifier:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def verify(self, headers: Mapping[str, str], body: bytes) -> None:
+        """Return when the call is fal's and fresh; raise `WebhookSignatureError` otherwise."""
+        lowered = {name.lower(): value for name, value in headers.items()}
+        wanted = (REQUEST_ID_HEADER, USER_ID_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER)
+        missing = [name for name in wanted if not lowered.get(name)]
+        if missing:
+            raise WebhookSignatureError(f"webhook lacks header(s) {', '.join(missing)}")
+        request_id, user_id, timestamp, signature_hex = (lowered[name] for name in wanted)
+        try:
+            sent_at = int(timestamp.strip())
+        except ValueError as exc:
+            raise WebhookSignatureError(f"webhook timestamp {timestamp[:32]!r} is not Unix seconds") from exc
+        skew = self._clock() - sent_at
+        if abs(skew) > self._tolerance:
+            raise WebhookSignatureError(
+                f"webhook timestamp is {abs(skew):.0f}s {'old' if skew > 0 else 'in the future'}, "
+                f"more than the {self._tolerance:.0f}s tolerated"
+            )
+        try:
+            signature = bytes.fromhex(signature_hex.strip())
+        except ValueError as exc:
+            raise WebhookSignatureError("webhook signature is not hex") from exc
+        message = "\n".join([request_id, user_id, timestamp, hashlib.sha256(body).hexdigest()]).encode("utf-8")
+
+        keys = await self._current_keys()
+        if _verifies(keys, signature, message):
+            return
+        # fal may have rotated its key since the cached JWKS was fetched: refetch once (not more often than
+        # every ROTATION_MIN_AGE_SECONDS, so forged calls cannot make the gateway hammer the JWKS endpoint).
+        refreshed = await self._current_keys(refresh=True)
+        if refreshed is not keys and _verifies(refreshed, signature, message):
+            return
+        raise WebhookSignatureError("webhook signature matches none of fal's published keys")
+
+    async def _current_keys(self, *, refresh: bool = False) -> list[Ed25519PublicKey]:
+        async with self._lock:
+            now = self._clock()
+            # Another task may have refreshed while this one waited for the lock.
+            stale = self._fetched_at is None or now - self._fetched_at >= self._cache_seconds
+            rotated = refresh and self._fetched_at is not None and now - self._fetched_at >= ROTATION_MIN_AGE_SECONDS
+            if stale or rotated:
+                self._keys = await self._fetch()
+                self._fetched_at = now
+            return self._keys
+
+    async def _fetch(self) -> list[Ed25519PublicKey]:
+        try:
+            response = await self._client.get(self._jwks_url)
+            response.raise_for_status()
+            document = response.json()
+        except httpx.HTTPStatusError as exc:
+            raise WebhookKeysUnavailableError(
+                f"fal webhook keys unavailable: JWKS answered {exc.response.status_code}"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise WebhookKeysUnavailableError(f"fal webhook keys unavailable: {type(exc).__name__}") from exc
+        except ValueError as exc:
+            raise WebhookKeysUnavailableError("fal webhook keys unavailable: JWKS is not JSON") from exc
+        entries = document.get("keys") if isinstance(document, dict) else None
+        if not isinstance(entries, list):
+            raise WebhookKeysUnavailableError('fal webhook keys unavailable: JWKS has no "keys" list')
+        keys = [key for key in (_public_key(entry) for entry in entries) if key is not None]
+        if not keys:
+            raise WebhookKeysUnavailableError(
+                f"fal webhook keys unavailable: none of {len(entries)} JWKS entries is an Ed25519 key"
+            )
+        return keys
+
+
+def _public_key(entry: object) -> Ed25519PublicKey | None:
+    """An OKP/Ed25519 JWK as a key; anything else (other curves, malformed) is skipped."""
+    if not isinstance(entry, dict) or entry.get("kty") != "OKP" or entry.get("crv") != "Ed25519":
+        return None
+    x = entry.get("x")
+    if not isinstance(x, str):
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(x + "=" * (-len(x) % 4))
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except (ValueError, binascii.Error):
+        return None
+
+
+def _verifies(keys: list[Ed25519PublicKey], signature: bytes, message: bytes) -> bool:
+    for key in keys:
+        try:
+            key.verify(signature, message)
+        except InvalidSignature:
+            continue
+        return True
+    return False

@@ -1,0 +1,231 @@
+"""FalQueueClient against a fake fal.ai queue (httpx.MockTransport)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from gateway.errors import InvalidRequestError, OverloadedError, UpstreamUnavailableError
+from gateway.upstreams.image_api import (
+    FalQueueClient,
+    FalStatus,
+    FalSubmission,
+    ImageNotConfiguredError,
+    ImageTimeoutError,
+    ImageUnavailableError,
+    ImageUpstreamError,
+)
+
+KEY = "fal-secret-key-1234"
+APP = "https://queue.fal.run/fal-ai/pika/requests/req-1"
+SUBMITTED = {
+    "request_id": "req-1",
+    "status_url": f"{APP}/status",
+    "response_url": APP,
+    "cancel_url": f"{APP}/cancel",
+}
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def _client(handler: Handler, api_key: str | None = KEY) -> FalQueueClient:
+    return FalQueueClient(
+        api_key=SecretStr(api_key) if api_key is not None else None, transport=httpx.MockTransport(handler)
+    )
+
+
+def _run(handler: Handler, call: Callable[[FalQueueClient], Any], api_key: str | None = KEY) -> Any:
+    async def main() -> Any:
+        async with _client(handler, api_key) as client:
+            return await call(client)
+
+    return asyncio.run(main())
+
+
+def test_submit_posts_arguments_with_key_and_url_encoded_webhook() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={**SUBMITTED, "queue_position": 3})
+
+    hook = "https://gw.example/v1/webhooks/fal?job=a b&x=1"
+    submission = _run(handler, lambda c: c.submit({"prompt": "a cat"}, hook))
+
+    assert submission == FalSubmission("req-1", f"{APP}/status", APP, f"{APP}/cancel")
+    (request,) = seen
+    assert request.method == "POST"
+    assert request.url.path == "/fal-ai/pika/v2.2/text-to-video"
+    assert request.url.host == "queue.fal.run"
+    assert request.headers["authorization"] == f"Key {KEY}"
+    assert json.loads(request.content) == {"prompt": "a cat"}
+    assert parse_qs(urlsplit(str(request.url)).query) == {"fal_webhook": [hook]}
+    assert "a%20b" in str(request.url) or "a+b" in str(request.url)
+
+
+def test_submit_without_webhook_sends_no_query() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=SUBMITTED)
+
+    _run(handler, lambda c: c.submit({"prompt": "x"}, None))
+    assert seen[0].url.query == b""
+
+
+def test_submit_answer_missing_urls_is_an_upstream_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"request_id": "req-1"})
+
+    with pytest.raises(ImageUpstreamError, match="status_url, response_url, cancel_url"):
+        _run(handler, lambda c: c.submit({}, None))
+
+
+def test_status_result_cancel_use_the_urls_fal_gave() -> None:
+    seen: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, str(request.url)))
+        assert request.headers["authorization"] == f"Key {KEY}"
+        if request.method == "POST":
+            return httpx.Response(200, json=SUBMITTED)
+        if request.url.path.endswith("/status"):
+            return httpx.Response(200, json={"status": "IN_QUEUE", "queue_position": 2})
+        if request.url.path.endswith("/cancel"):
+            return httpx.Response(202, json={"status": "CANCELLATION_REQUESTED"})
+        return httpx.Response(200, json={"video": {"url": "https://v.fal.media/out.mp4"}})
+
+    async def flow(client: FalQueueClient) -> tuple[FalStatus, FalStatus, dict[str, Any], bool]:
+        submission = await client.submit({"prompt": "x"}, None)
+        by_submission = await client.status(submission)
+        by_url = await client.status(submission.status_url)
+        result = await client.result(submission.response_url)
+        cancelled = await client.cancel(submission.cancel_url)
+        return by_submission, by_url, result, cancelled
+
+    by_submission, by_url, result, cancelled = _run(handler, flow)
+    assert by_submission == by_url == FalStatus("IN_QUEUE", 2)
+    assert result == {"video": {"url": "https://v.fal.media/out.mp4"}}
+    assert cancelled is True
+    assert seen == [
+        ("POST", "https://queue.fal.run/fal-ai/pika/v2.2/text-to-video"),
+        ("GET", f"{APP}/status"),
+        ("GET", f"{APP}/status"),
+        ("GET", APP),
+        ("PUT", f"{APP}/cancel"),
+    ]
+    # Never rebuilt from the full model path.
+    assert not any("v2.2/text-to-video/requests" in url for _, url in seen)
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ({"status": "IN_PROGRESS", "logs": []}, FalStatus("IN_PROGRESS", None)),
+        ({"status": "COMPLETED", "response_url": APP}, FalStatus("COMPLETED", None)),
+        ({"status": "IN_QUEUE", "queue_position": 0}, FalStatus("IN_QUEUE", 0)),
+    ],
+)
+def test_status_states(payload: dict[str, Any], expected: FalStatus) -> None:
+    assert _run(lambda r: httpx.Response(200, json=payload), lambda c: c.status(f"{APP}/status")) == expected
+
+
+def test_unknown_status_is_an_upstream_error() -> None:
+    with pytest.raises(ImageUpstreamError, match="'EXPLODED'"):
+        _run(lambda r: httpx.Response(200, json={"status": "EXPLODED"}), lambda c: c.status(f"{APP}/status"))
+
+
+def test_cancel_of_completed_request_is_false() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"status": "ALREADY_COMPLETED"})
+
+    assert _run(handler, lambda c: c.cancel(f"{APP}/cancel")) is False
+
+
+def test_cancel_other_400_is_an_invalid_request() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"detail": "bad id"})
+
+    with pytest.raises(InvalidRequestError, match="bad id"):
+        _run(handler, lambda c: c.cancel(f"{APP}/cancel"))
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_rejected_credentials_name_the_variable_never_the_key(status: int) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json={"detail": f"invalid key {KEY}"})
+
+    with pytest.raises(ImageUpstreamError) as caught:
+        _run(handler, lambda c: c.submit({}, None))
+    assert "PIKA_API_KEY" in caught.value.message
+    assert KEY not in str(caught.value)
+    assert caught.value.status_code == 502
+
+
+def test_echoed_key_is_redacted_from_upstream_messages() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, json={"detail": f"crash while using {KEY}"})
+
+    with pytest.raises(ImageUpstreamError) as caught:
+        _run(handler, lambda c: c.result(APP))
+    assert KEY not in str(caught.value)
+    assert "***" in str(caught.value)
+
+
+def test_429_is_overloaded_with_retry_after() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": "7"}, json={"detail": "slow down"})
+
+    with pytest.raises(OverloadedError) as caught:
+        _run(handler, lambda c: c.submit({}, None))
+    assert caught.value.headers == {"Retry-After": "7"}
+    assert caught.value.status_code == 429
+
+
+def test_missing_key_is_503_naming_the_variable_and_sends_nothing() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("no request may be sent without a key")
+
+    with pytest.raises(ImageNotConfiguredError) as caught:
+        _run(handler, lambda c: c.submit({}, None), api_key=None)
+    assert isinstance(caught.value, UpstreamUnavailableError)
+    assert caught.value.status_code == 503
+    assert "PIKA_API_KEY" in caught.value.message
+
+
+def test_connection_error_is_unavailable() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(ImageUnavailableError) as caught:
+        _run(handler, lambda c: c.submit({}, None))
+    assert caught.value.status_code == 503
+    assert isinstance(caught.value.__cause__, httpx.ConnectError)
+
+
+def test_timeout_is_a_timeout_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    with pytest.raises(ImageTimeoutError) as caught:
+        _run(handler, lambda c: c.status(f"{APP}/status"))
+    assert caught.value.status_code == 504
+
+
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_gateway_statuses_are_unavailable(status: int) -> None:
+    with pytest.raises(ImageUnavailableError):
+        _run(lambda r: httpx.Response(status, text="down"), lambda c: c.result(APP))
+
+
+def test_unreadable_result_is_an_upstream_error() -> None:
+    with pytest.raises(ImageUpstreamError, match="unreadable result"):
+        _run(lambda r: httpx.Response(200, text="<html>"), lambda c: c.result(APP))

@@ -1,0 +1,275 @@
+"""FalWebhookVerifier against a fake fal JWKS endpoint and freshly generated Ed25519 keys."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+from typing import Any
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from gateway.upstreams.webhooks import FalWebhookVerifier, WebhookKeysUnavailableError, WebhookSignatureError
+
+JWKS_URL = "https://rest.alpha.fal.ai/.well-known/jwks.json"
+NOW = 1_800_000_000.0
+BODY = b'{"request_id":"req-1","status":"OK","payload":{"video":{"url":"https://v.fal.media/x.mp4"}}}'
+
+
+def _jwk(key: Ed25519PrivateKey) -> dict[str, str]:
+    raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return {"kty": "OKP", "crv": "Ed25519", "x": base64.urlsafe_b64encode(raw).rstrip(b"=").decode()}
+
+
+def _headers(key: Ed25519PrivateKey, body: bytes = BODY, timestamp: float = NOW) -> dict[str, str]:
+    ts = str(int(timestamp))
+    message = "\n".join(["req-1", "user-9", ts, hashlib.sha256(body).hexdigest()]).encode()
+    return {
+        "X-Fal-Webhook-Request-Id": "req-1",
+        "X-Fal-Webhook-User-Id": "user-9",
+        "X-Fal-Webhook-Timestamp": ts,
+        "X-Fal-Webhook-Signature": key.sign(message).hex(),
+    }
+
+
+class FakeFal:
+    """A JWKS endpoint whose published keys and health the test changes; counts fetches."""
+
+    def __init__(self, *keys: Ed25519PrivateKey) -> None:
+        self.keys = list(keys)
+        self.fetches = 0
+        self.fail: Exception | int | None = None
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        assert str(request.url) == JWKS_URL
+        self.fetches += 1
+        if isinstance(self.fail, Exception):
+            raise self.fail
+        if isinstance(self.fail, int):
+            return httpx.Response(self.fail, text="down")
+        return httpx.Response(
+            200, json={"keys": [{"kty": "RSA", "n": "x", "e": "AQAB"}] + [_jwk(k) for k in self.keys]}
+        )
+
+
+class Clock:
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _verifier(fal: FakeFal, clock: Clock | None = None) -> FalWebhookVerifier:
+    return FalWebhookVerifier(JWKS_URL, transport=httpx.MockTransport(fal.handler), clock=clock or Clock())
+
+
+def _run(verifier: FalWebhookVerifier, *calls: tuple[dict[str, str], bytes]) -> None:
+    async def main() -> None:
+        async with verifier:
+            for headers, body in calls:
+                await verifier.verify(headers, body)
+
+    asyncio.run(main())
+
+
+def test_accepts_a_good_signature() -> None:
+    key = Ed25519PrivateKey.generate()
+    fal = FakeFal(Ed25519PrivateKey.generate(), key)  # the signing key need not be the first
+    _run(_verifier(fal), (_headers(key), BODY))
+    assert fal.fetches == 1
+
+
+def test_header_names_are_case_insensitive() -> None:
+    key = Ed25519PrivateKey.generate()
+    headers = {name.lower(): value for name, value in _headers(key).items()}
+    headers = {name.upper() if "user" in name else name: value for name, value in headers.items()}
+    _run(_verifier(FakeFal(key)), (headers, BODY))
+
+
+def test_accepts_httpx_headers() -> None:
+    key = Ed25519PrivateKey.generate()
+    _run(_verifier(FakeFal(key)), (httpx.Headers(_headers(key)), BODY))  # type: ignore[arg-type]
+
+
+def test_rejects_a_signature_by_another_key() -> None:
+    fal = FakeFal(Ed25519PrivateKey.generate())
+    with pytest.raises(WebhookSignatureError) as caught:
+        _run(_verifier(fal), (_headers(Ed25519PrivateKey.generate()), BODY))
+    assert caught.value.status_code == 401
+    assert fal.fetches == 1  # a fresh cache is not refetched for a forged call
+
+
+def test_rejects_a_tampered_body() -> None:
+    key = Ed25519PrivateKey.generate()
+    with pytest.raises(WebhookSignatureError, match="none of"):
+        _run(_verifier(FakeFal(key)), (_headers(key), BODY.replace(b"OK", b"KO")))
+
+
+@pytest.mark.parametrize("field", ["Request-Id", "User-Id", "Timestamp"])
+def test_rejects_a_tampered_signed_header(field: str) -> None:
+    key = Ed25519PrivateKey.generate()
+    headers = _headers(key)
+    name = f"X-Fal-Webhook-{field}"
+    headers[name] = str(int(NOW) + 1) if field == "Timestamp" else headers[name] + "x"
+    with pytest.raises(WebhookSignatureError):
+        _run(_verifier(FakeFal(key)), (headers, BODY))
+
+
+@pytest.mark.parametrize("missing", ["Request-Id", "User-Id", "Timestamp", "Signature"])
+def test_rejects_a_missing_header(missing: str) -> None:
+    key = Ed25519PrivateKey.generate()
+    fal = FakeFal(key)
+    headers = _headers(key)
+    del headers[f"X-Fal-Webhook-{missing}"]
+    with pytest.raises(WebhookSignatureError, match=f"x-fal-webhook-{missing.lower()}"):
+        _run(_verifier(fal), (headers, BODY))
+    assert fal.fetches == 0
+
+
+@pytest.mark.parametrize("offset", [-301.0, 301.0, -86_400.0, 86_400.0])
+def test_rejects_stale_and_future_timestamps(offset: float) -> None:
+    key = Ed25519PrivateKey.generate()
+    with pytest.raises(WebhookSignatureError, match="tolerated"):
+        _run(_verifier(FakeFal(key)), (_headers(key, timestamp=NOW + offset), BODY))
+
+
+@pytest.mark.parametrize("offset", [-299.0, 299.0])
+def test_accepts_timestamps_within_tolerance(offset: float) -> None:
+    key = Ed25519PrivateKey.generate()
+    _run(_verifier(FakeFal(key)), (_headers(key, timestamp=NOW + offset), BODY))
+
+
+@pytest.mark.parametrize(("name", "value"), [("Timestamp", "yesterday"), ("Signature", "not-hex")])
+def test_rejects_malformed_values(name: str, value: str) -> None:
+    key = Ed25519PrivateKey.generate()
+    headers = {**_headers(key), f"X-Fal-Webhook-{name}": value}
+    with pytest.raises(WebhookSignatureError):
+        _run(_verifier(FakeFal(key)), (headers, BODY))
+
+
+def test_caches_the_jwks_across_many_verifies() -> None:
+    key = Ed25519PrivateKey.generate()
+    fal = FakeFal(key)
+    clock = Clock()
+    _run(_verifier(fal, clock), *[(_headers(key, timestamp=NOW), BODY) for _ in range(20)])
+    assert fal.fetches == 1
+
+
+def test_refetches_after_cache_seconds() -> None:
+    key = Ed25519PrivateKey.generate()
+    fal = FakeFal(key)
+    clock = Clock()
+    verifier = _verifier(fal, clock)
+
+    async def main() -> None:
+        async with verifier:
+            await verifier.verify(_headers(key), BODY)
+            clock.now = NOW + 3601
+            await verifier.verify(_headers(key, timestamp=clock.now), BODY)
+
+    asyncio.run(main())
+    assert fal.fetches == 2
+
+
+def test_refetches_once_on_rotation() -> None:
+    old, new = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    fal = FakeFal(old)
+    clock = Clock()
+    verifier = _verifier(fal, clock)
+
+    async def main() -> None:
+        async with verifier:
+            await verifier.verify(_headers(old), BODY)
+            fal.keys = [new]  # fal rotates
+            clock.now = NOW + 600  # the cached JWKS is older than 5 minutes, younger than cache_seconds
+            await verifier.verify(_headers(new, timestamp=clock.now), BODY)
+            assert fal.fetches == 2
+            await verifier.verify(_headers(new, timestamp=clock.now), BODY)  # cached again
+            with pytest.raises(WebhookSignatureError):  # forged: the just-fetched JWKS is not refetched
+                await verifier.verify(_headers(old, timestamp=clock.now), BODY)
+
+    asyncio.run(main())
+    assert fal.fetches == 2
+
+
+def test_no_refetch_for_a_young_cache() -> None:
+    old, new = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    fal = FakeFal(old)
+    clock = Clock()
+    verifier = _verifier(fal, clock)
+
+    async def main() -> None:
+        async with verifier:
+            await verifier.verify(_headers(old), BODY)
+            fal.keys = [new]
+            clock.now = NOW + 60
+            with pytest.raises(WebhookSignatureError):
+                await verifier.verify(_headers(new, timestamp=clock.now), BODY)
+
+    asyncio.run(main())
+    assert fal.fetches == 1
+
+
+@pytest.mark.parametrize("failure", [httpx.ConnectError("refused"), httpx.ReadTimeout("slow"), 500, 404])
+def test_jwks_fetch_failure_is_503_never_an_accept(failure: Any) -> None:
+    key = Ed25519PrivateKey.generate()
+    fal = FakeFal(key)
+    fal.fail = failure
+    with pytest.raises(WebhookKeysUnavailableError) as caught:
+        _run(_verifier(fal), (_headers(key), BODY))
+    assert caught.value.status_code == 503
+
+
+def test_jwks_fetch_failure_on_rotation_is_503() -> None:
+    key = Ed25519PrivateKey.generate()
+    fal = FakeFal(key)
+    clock = Clock()
+    verifier = _verifier(fal, clock)
+
+    async def main() -> None:
+        async with verifier:
+            await verifier.verify(_headers(key), BODY)
+            fal.fail = 503
+            clock.now = NOW + 600
+            with pytest.raises(WebhookKeysUnavailableError):
+                await verifier.verify(_headers(Ed25519PrivateKey.generate(), timestamp=clock.now), BODY)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"keys": []},
+        {"keys": [{"kty": "OKP", "crv": "X25519", "x": "AAAA"}]},
+        {"keys": [{"kty": "OKP", "crv": "Ed25519", "x": "too-short"}]},
+        {"nokeys": True},
+        ["not", "an", "object"],
+    ],
+)
+def test_jwks_without_usable_keys_is_503(document: Any) -> None:
+    key = Ed25519PrivateKey.generate()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=document)
+
+    verifier = FalWebhookVerifier(JWKS_URL, transport=httpx.MockTransport(handler), clock=Clock())
+    with pytest.raises(WebhookKeysUnavailableError):
+        _run(verifier, (_headers(key), BODY))
+
+
+def test_concurrent_verifies_fetch_once() -> None:
+    key = Ed25519PrivateKey.generate()
+    fal = FakeFal(key)
+    verifier = _verifier(fal)
+
+    async def main() -> None:
+        async with verifier:
+            await asyncio.gather(*(verifier.verify(_headers(key), BODY) for _ in range(10)))
+
+    asyncio.run(main())
+    assert fal.fetches == 1
