@@ -15,7 +15,7 @@ from export.checkpoint import Checkpoint, resolve_checkpoint
 from export.pipeline import main_export
 from localtriton.server import TritonProcess
 
-pytest_plugins = ["tests.redis_fixtures", "tests.hunyuan_fixtures"]
+pytest_plugins = ["tests.redis_fixtures", "tests.hunyuan_fixtures", "tests.pika_fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACKED_REPOSITORY = ROOT / "model_repository"
