@@ -9,14 +9,12 @@ statuses queued in `.fail_next`. Import the fixtures (or add "tests.pika_fixture
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
@@ -27,35 +25,10 @@ from gateway.sim.pika import (
     PikaSimulatorStats,
     create_pika_simulator,
 )
-from tests.conftest import free_port
+from tests.servers import ThreadedServer
 
 
-class _ThreadedServer:
-    """An ASGI app behind uvicorn on 127.0.0.1, in a daemon thread."""
-
-    def __init__(self, app: Any, name: str) -> None:
-        self.port = free_port()
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, timeout_graceful_shutdown=2
-        )
-        self.server = uvicorn.Server(config)
-        self.name = name
-        self.thread = threading.Thread(target=self.server.run, name=name, daemon=True)
-
-    def start_server(self) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} did not start")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
-class RunningPikaSimulator(_ThreadedServer):
+class RunningPikaSimulator(ThreadedServer):
     """One Pika simulator app behind uvicorn on 127.0.0.1."""
 
     def __init__(self, config: PikaSimulatorConfig | None = None) -> None:
@@ -96,7 +69,7 @@ class ReceivedWebhook:
         return json.loads(self.body)
 
 
-class RunningWebhookReceiver(_ThreadedServer):
+class RunningWebhookReceiver(ThreadedServer):
     """Records every POST to any path; answers the statuses in `fail_next` first (popped), then 200."""
 
     def __init__(self) -> None:

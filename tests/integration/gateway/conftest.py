@@ -2,33 +2,27 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 import tritonclient.grpc as grpcclient
-import uvicorn
 
 from gateway.app import create_app
 from gateway.settings import CacheSettings, ServerSettings, Settings, TritonSettings
 from localtriton.server import TritonProcess
 from tests.conftest import free_port
+from tests.servers import ThreadedServer
 
 
-class RunningGateway:
+class RunningGateway(ThreadedServer):
     """`python -m gateway` in-process: the same app, lifespan and servers, on free ports."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.app = create_app(settings)
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=settings.server.http_port, log_config=None, access_log=False
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        super().__init__(self.app, "gateway", port=settings.server.http_port)
 
     @property
     def base_url(self) -> str:
@@ -39,17 +33,8 @@ class RunningGateway:
         return f"127.0.0.1:{self.settings.server.grpc_port}"
 
     def start(self) -> RunningGateway:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("gateway did not start")
-            time.sleep(0.05)
+        self.start_server()
         return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
