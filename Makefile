@@ -77,9 +77,11 @@ down: ## stop what `make up` started
 		kill -TERM "$$(cat .run/gateway.pid)"; \
 		while kill -0 "$$(cat .run/gateway.pid)" 2>/dev/null; do sleep 0.2; done; echo "gateway stopped"; \
 	fi; rm -f .run/gateway.pid
-	@if [ -f .run/simulator.pid ] && kill -0 "$$(cat .run/simulator.pid)" 2>/dev/null; then \
-		kill -TERM "$$(cat .run/simulator.pid)"; echo "simulator stopped"; \
-	fi; rm -f .run/simulator.pid
+	@for sim in simulator pika-simulator; do \
+		if [ -f .run/$$sim.pid ] && kill -0 "$$(cat .run/$$sim.pid)" 2>/dev/null; then \
+			kill -TERM "$$(cat .run/$$sim.pid)"; echo "$$sim stopped"; \
+		fi; rm -f .run/$$sim.pid; \
+	done
 	@if [ -x $(PY) ]; then $(PY) -m localtriton stop; fi
 
 DATA ?= ../shared/data
@@ -89,14 +91,23 @@ eval-cache: $(EXPORTED) ## semantic cache: hit and false-hit rates per threshold
 	$(PY) -m bench.eval_cache --data $(DATA) --out $(EVAL_OUT)
 
 SIMULATOR_PORT ?= 9100
+PIKA_SIMULATOR_PORT ?= 9200
 
-demo: $(EXPORTED) $(PROTO_OUT) ## start the stack with the Hunyuan simulator as upstream and walk through it
+demo: $(EXPORTED) $(PROTO_OUT) ## start the stack with the Hunyuan and Pika simulators as upstreams and walk through it
 	@mkdir -p .run
 	@if ! { [ -f .run/simulator.pid ] && kill -0 "$$(cat .run/simulator.pid)" 2>/dev/null; }; then \
 		setsid $(PY) -m gateway.sim.hunyuan --port $(SIMULATOR_PORT) --api-key demo-upstream-key >> .run/simulator.log 2>&1 & \
 		echo $$! > .run/simulator.pid; \
 	fi
-	HUNYUAN_BASE_URL=http://127.0.0.1:$(SIMULATOR_PORT)/v1 HUNYUAN_API_KEY=demo-upstream-key $(MAKE) --no-print-directory up
+	@if ! { [ -f .run/pika-simulator.pid ] && kill -0 "$$(cat .run/pika-simulator.pid)" 2>/dev/null; }; then \
+		setsid $(PY) -m gateway.sim.pika --port $(PIKA_SIMULATOR_PORT) --api-key demo-pika-key --job-seconds 3 \
+			>> .run/pika-simulator.log 2>&1 & \
+		echo $$! > .run/pika-simulator.pid; \
+	fi
+	HUNYUAN_BASE_URL=http://127.0.0.1:$(SIMULATOR_PORT)/v1 HUNYUAN_API_KEY=demo-upstream-key \
+	PIKA_BASE_URL=http://127.0.0.1:$(PIKA_SIMULATOR_PORT) PIKA_API_KEY=demo-pika-key \
+	PIKA_WEBHOOK_JWKS_URL=http://127.0.0.1:$(PIKA_SIMULATOR_PORT)/.well-known/jwks.json \
+	GATEWAY_PUBLIC_URL=http://127.0.0.1:$(GATEWAY_HTTP_PORT) $(MAKE) --no-print-directory up
 	$(PY) examples/demo.py
 	@echo "the stack keeps running: try http://127.0.0.1:$(GATEWAY_HTTP_PORT)/docs; 'make down' stops it"
 

@@ -1,10 +1,13 @@
-"""`make demo`: embeddings, chat and the caches through the gateway, with the official `openai` client.
+"""`make demo`: embeddings, chat and the caches through the gateway (official `openai` client), then an
+image task: submitted (202), watched over server-sent events until the simulated Pika job ends.
 
-Runs against what `make demo` starts: Triton, the Hunyuan simulator and the gateway on their default ports.
+Runs against what `make demo` starts: Triton, the Hunyuan and Pika simulators and the gateway on their
+default ports.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -41,7 +44,22 @@ def main() -> int:
             response = http.post(f"{GATEWAY}/v1/chat/completions", json=body)
             elapsed = time.perf_counter() - started
             print(f"chat ({attempt}): {response.status_code} X-Cache={response.headers.get('x-cache')} {elapsed:.2f} s")
+        image_task(http)
     return 0
+
+
+def image_task(http: httpx.Client) -> None:
+    started = time.perf_counter()
+    body = {"prompt": "a paper boat on a lake", "size": "1280x720"}
+    answer = http.post(f"{GATEWAY}/v1/images/generations", json=body)
+    task = answer.json()
+    print(f"image task: {answer.status_code} {task['id']} {task['status']} after {time.perf_counter() - started:.3f} s")
+    with http.stream("GET", f"{GATEWAY}/v1/tasks/{task['id']}/events") as events:
+        for line in events.iter_lines():
+            if line.startswith("data: {"):
+                task = json.loads(line[len("data: ") :])
+                print(f"  {time.perf_counter() - started:5.2f} s  {task['status']}")
+    print(f"  result (short-lived URL): {task['urls'] or task['error']}")
 
 
 if __name__ == "__main__":

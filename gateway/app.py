@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -26,13 +29,19 @@ from gateway.grpc.server import create_grpc_server
 from gateway.limits import LimitsMiddleware
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
-from gateway.routes import chat, embeddings, health
+from gateway.routes import callbacks, chat, embeddings, health, images
 from gateway.services.chat import ChatService
 from gateway.services.embeddings import Embedder, EmbeddingService
+from gateway.services.image_ledger import TaskLedger
+from gateway.services.image_runner import ImageTaskRunner, RunnerConfig
+from gateway.services.images import ImageService
 from gateway.settings import Settings
+from gateway.tasks.stores import build_task_store
 from gateway.upstreams.breaker import BreakerBoard
+from gateway.upstreams.image_api import FalQueueClient
 from gateway.upstreams.llm import LLMClient
 from gateway.upstreams.triton import TritonClient
+from gateway.upstreams.webhooks import FalWebhookVerifier
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +91,70 @@ async def chat_service(settings: Settings, embeddings: EmbeddingService) -> Asyn
         )
 
 
+@asynccontextmanager
+async def image_service(settings: Settings) -> AsyncIterator[ImageService]:
+    """Image tasks: the task store, the fal queue client, the webhook verifier and this replica's runner."""
+    config, tasks = settings.images, settings.tasks
+    redis_url = settings.cache.redis_url.get_secret_value() if settings.cache.redis_url else None
+    owner = replica_name()
+    async with AsyncExitStack() as stack:
+        store = build_task_store(redis_url, tasks.sqlite_path)
+        stack.push_async_callback(store.aclose)
+        client = await stack.enter_async_context(
+            FalQueueClient(
+                config.base_url,
+                config.api_key,
+                config.model_path,
+                connect_timeout_seconds=config.connect_timeout_seconds,
+                read_timeout_seconds=config.read_timeout_seconds,
+                user_agent=f"ai-gateway ({owner})",  # tells the upstream (and the tests) which replica calls
+            )
+        )
+        verifier = await stack.enter_async_context(
+            FalWebhookVerifier(config.webhook_jwks_url, tolerance_seconds=config.webhook_tolerance_seconds)
+        )
+        quota = build_limiter(
+            QuotaConfig(
+                requests_per_second=config.submits_per_second,
+                max_concurrent=config.max_concurrent_submits,
+                max_wait_seconds=config.read_timeout_seconds,
+                lease_seconds=tasks.lease_seconds,
+            ),
+            redis_url,
+            name="pika",
+        )
+        stack.push_async_callback(quota.aclose)
+        public_url = settings.server.public_url
+        if public_url is None:
+            log.warning("GATEWAY_PUBLIC_URL is not set: image tasks get no webhooks and are polled from the start")
+        runner_config = RunnerConfig(
+            callback_url_base=f"{public_url.rstrip('/')}/v1/callbacks/pika" if public_url else None,
+            callback_grace_seconds=config.callback_grace_seconds,
+            poll_initial_seconds=config.poll_initial_seconds,
+            poll_max_seconds=config.poll_max_seconds,
+            lease_seconds=tasks.lease_seconds,
+            scan_interval_seconds=tasks.scan_interval_seconds,
+            max_concurrent_submits=config.max_concurrent_submits,
+        )
+        ledger = TaskLedger(store, retention_seconds=tasks.retention_seconds)
+        runner = ImageTaskRunner(ledger, client, quota, runner_config, owner=owner)
+        await runner.start()  # also without a key: unfinished tasks still time out and expire
+        stack.push_async_callback(runner.aclose)
+        yield ImageService(
+            ledger,
+            runner,
+            verifier,
+            configured=client.configured,
+            task_timeout_seconds=config.task_timeout_seconds,
+            max_prompt_chars=config.max_prompt_chars,
+        )
+
+
+def replica_name() -> str:
+    """This process's name on task leases: unique even for replicas sharing a host."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
 def semantic_index(settings: Settings, embeddings: EmbeddingService, redis_url: str | None) -> SemanticIndex | None:
     config = settings.semantic
     if config.matcher == "off":
@@ -114,8 +187,14 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             service = EmbeddingService(triton, cache, settings.limits)
             app.state.embeddings = service
             app.state.chat = await stack.enter_async_context(chat_service(settings, service))
+            app.state.images = await stack.enter_async_context(image_service(settings))
             grpc_server = create_grpc_server(
-                service, verifier, host=settings.server.host, port=settings.server.grpc_port, chat=app.state.chat
+                service,
+                verifier,
+                host=settings.server.host,
+                port=settings.server.grpc_port,
+                chat=app.state.chat,
+                images=app.state.images,
             )
             await grpc_server.start()
             app.state.grpc = grpc_server
@@ -137,6 +216,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     install_error_handlers(app)
     embeddings.attach_router(app)
     chat.attach_router(app)
+    images.attach_router(app)
+    callbacks.attach_router(app)
     health.attach_router(app)
     app.add_middleware(ApiKeyMiddleware, verifier=verifier)
     app.add_middleware(

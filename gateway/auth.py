@@ -10,6 +10,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.errors import AuthenticationError
 
 PUBLIC_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+# Upstream webhooks carry the upstream's signature instead of one of our keys (verified by their route).
+CALLBACK_PREFIX = "/v1/callbacks/"
 
 
 class ApiKeyVerifier:
@@ -41,14 +43,17 @@ class ApiKeyVerifier:
 
 
 class ApiKeyMiddleware:
-    """Pure ASGI: every HTTP route but the public probes needs a valid key when keys are configured."""
+    """Pure ASGI: every HTTP route but the public probes and the signed webhooks needs a valid key
+    when keys are configured."""
 
     def __init__(self, app: ASGIApp, verifier: ApiKeyVerifier) -> None:
         self.app = app
         self.verifier = verifier
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.verifier.enabled and scope["path"] not in PUBLIC_PATHS:
+        path = scope.get("path", "")
+        exempt = path in PUBLIC_PATHS or path.startswith(CALLBACK_PREFIX)
+        if scope["type"] == "http" and self.verifier.enabled and not exempt:
             header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
             try:
                 self.verifier.verify(header)

@@ -5,6 +5,7 @@
     │   └── InputTooLongError         400 (truncate: false and a text above the model's max tokens)
     ├── AuthenticationError           401 authentication_error
     ├── NotFoundError                 404 not_found_error
+    ├── ConflictError                 409 conflict_error (e.g. an Idempotency-Key reused for another request)
     ├── PayloadTooLargeError          413 invalid_request_error
     ├── OverloadedError               429 rate_limit_error (+ Retry-After)
     ├── UpstreamError                 502 upstream_error
@@ -61,6 +62,11 @@ class AuthenticationError(GatewayError):
 class NotFoundError(GatewayError):
     status_code = 404
     type = "not_found_error"
+
+
+class ConflictError(GatewayError):
+    status_code = 409
+    type = "conflict_error"
 
 
 class PayloadTooLargeError(GatewayError):

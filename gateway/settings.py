@@ -22,6 +22,11 @@ class ServerSettings(BaseSettings):
         20.0, description="On SIGTERM, seconds in-flight requests get to finish before they are cut off."
     )
     log_level: str = Field("INFO", description="Log level of the JSON logs.")
+    public_url: str | None = Field(
+        None,
+        description="Base URL at which the upstreams reach this gateway (e.g. https://ai.example.com), used for "
+        "webhook callbacks. Unset: no webhooks are requested and image tasks are polled from the start.",
+    )
 
 
 class TritonSettings(BaseSettings):
@@ -190,6 +195,65 @@ class QuotaSettings(BaseSettings):
     )
 
 
+class ImageSettings(BaseSettings):
+    """Pika video/image generation through fal.ai's queue API, run as asynchronous tasks."""
+
+    model_config = SettingsConfigDict(env_prefix="PIKA_", frozen=True)
+
+    base_url: str = Field("https://queue.fal.run", description="fal queue base URL.")
+    api_key: SecretStr | None = Field(
+        None, description="fal API key (sent as 'Authorization: Key ...'); unset: image routes answer 503 naming it."
+    )
+    model_path: str = Field("fal-ai/pika/v2.2/text-to-video", description="fal app and endpoint to submit to.")
+    webhook_jwks_url: str = Field(
+        "https://rest.alpha.fal.ai/.well-known/jwks.json",
+        description="JWKS with the Ed25519 keys that sign fal webhooks; cached, refetched on an unknown key.",
+    )
+    webhook_tolerance_seconds: float = Field(
+        300.0, description="Webhooks whose timestamp is further off than this are refused (replay protection)."
+    )
+    task_timeout_seconds: float = Field(
+        120.0, description="A task not finished this long after it was accepted fails with reason 'timeout'."
+    )
+    callback_grace_seconds: float = Field(
+        30.0,
+        description="How long after the upstream accepted a job the gateway waits for its webhook before it "
+        "starts polling. Lower: lost webhooks cost less time, more status calls.",
+    )
+    poll_initial_seconds: float = Field(1.0, description="First interval between status polls; doubles each poll...")
+    poll_max_seconds: float = Field(10.0, description="...up to this.")
+    max_concurrent_submits: int = Field(
+        4, description="Submissions in flight to the upstream per replica; queued tasks wait their turn."
+    )
+    submits_per_second: float = Field(
+        10.0, description="Submissions per second to the upstream, shared by all replicas when REDIS_URL is set."
+    )
+    max_prompt_chars: int = Field(2000, description="Longest prompt (and negative prompt) accepted.")
+    connect_timeout_seconds: float = Field(5.0, description="TCP/TLS connect deadline of an upstream call.")
+    read_timeout_seconds: float = Field(30.0, description="Deadline for the answer of one upstream call.")
+
+
+class TaskStoreSettings(BaseSettings):
+    """Where task records live: SQLite on disk (one replica) or, with REDIS_URL, Redis (all replicas)."""
+
+    model_config = SettingsConfigDict(env_prefix="TASKS_", frozen=True)
+
+    sqlite_path: str = Field(
+        ".run/tasks.sqlite3", description="Task database without REDIS_URL; keep it on a persistent volume."
+    )
+    retention_seconds: float = Field(
+        24 * 3600.0, description="How long a finished task stays readable; after it, GET answers 404."
+    )
+    lease_seconds: float = Field(
+        30.0,
+        description="A replica's claim on submitting or polling a task; if the replica dies another one takes "
+        "the task over after this.",
+    )
+    scan_interval_seconds: float = Field(
+        1.0, description="How often each replica looks for tasks to submit, poll, time out or expire."
+    )
+
+
 class ObservabilitySettings(BaseSettings):
     model_config = SettingsConfigDict(frozen=True, populate_by_name=True)
 
@@ -214,4 +278,6 @@ class Settings(BaseSettings):
     llm: LLMSettings = Field(default_factory=LLMSettings)
     quota: QuotaSettings = Field(default_factory=QuotaSettings)
     semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)
+    images: ImageSettings = Field(default_factory=ImageSettings)
+    tasks: TaskStoreSettings = Field(default_factory=TaskStoreSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)

@@ -6,6 +6,7 @@ is sent as a final `data: {"error": ...}` event, still followed by [DONE].
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncGenerator
@@ -14,6 +15,7 @@ from contextlib import aclosing
 from gateway.errors import GatewayError, error_body
 
 DONE = "data: [DONE]\n\n"
+HEARTBEAT = ": keep-alive\n\n"  # an SSE comment: clients ignore it, proxies see traffic
 MEDIA_TYPE = "text/event-stream"
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no proxy buffering between us and the client
 log = logging.getLogger(__name__)
@@ -35,3 +37,24 @@ async def encode_stream(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[s
         log.exception("stream failed")
         yield event(json.dumps(error_body("internal error", GatewayError.type)))
     yield DONE
+
+
+async def with_heartbeats(events: AsyncGenerator[str, None], interval: float = 15.0) -> AsyncGenerator[str, None]:
+    """`events`, plus a comment whenever none went out for `interval` s, so proxies keep an idle stream open."""
+    async with aclosing(events):
+        pending = asyncio.ensure_future(anext(events))
+        try:
+            while True:
+                done, _ = await asyncio.wait({pending}, timeout=interval)
+                if not done:
+                    yield HEARTBEAT
+                    continue
+                try:
+                    item = pending.result()
+                except StopAsyncIteration:
+                    return
+                yield item
+                pending = asyncio.ensure_future(anext(events))
+        finally:
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)  # the source must be idle before it is closed

@@ -35,6 +35,7 @@ STATUS_BY_HTTP: Mapping[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
     404: grpc.StatusCode.NOT_FOUND,
+    409: grpc.StatusCode.FAILED_PRECONDITION,
     413: grpc.StatusCode.INVALID_ARGUMENT,
     429: grpc.StatusCode.RESOURCE_EXHAUSTED,
     502: grpc.StatusCode.UNKNOWN,

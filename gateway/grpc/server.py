@@ -12,26 +12,36 @@ from grpc_reflection.v1alpha import reflection
 from gateway.auth import ApiKeyVerifier
 from gateway.grpc.interceptors import GatewayInterceptor
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.grpc.servicer import ChatBackend, ChatServicer, EmbeddingBackend, EmbeddingsServicer
+from gateway.grpc.servicer import (
+    ChatBackend,
+    ChatServicer,
+    EmbeddingBackend,
+    EmbeddingsServicer,
+    ImageBackend,
+    ImagesServicer,
+)
 
 EMBEDDINGS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Embeddings"].full_name
 CHAT_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Chat"].full_name
+IMAGES_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Images"].full_name
 
 # The generated registration functions are untyped; these names give them the signatures mypy checks.
 _add_embeddings: Callable[[EmbeddingsServicer, grpc.aio.Server], None] = (
     gateway_pb2_grpc.add_EmbeddingsServicer_to_server
 )
 _add_chat: Callable[[ChatServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ChatServicer_to_server
+_add_images: Callable[[ImagesServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ImagesServicer_to_server
 
 
 @dataclass
 class GrpcServer:
-    """A built, not yet started server. `port` is the port actually bound (useful with port 0)."""
+    """A built, not yet started server. `port` is the port actually bound (useful with port 0);
+    `services` are the gateway.v1 services it serves, the ones health reports on."""
 
     server: grpc.aio.Server
     health: health.aio.HealthServicer
     port: int
-    services: tuple[str, ...] = (EMBEDDINGS_SERVICE, CHAT_SERVICE)
+    services: tuple[str, ...] = (EMBEDDINGS_SERVICE,)
 
     async def start(self) -> None:
         """Mark every service SERVING, then accept calls."""
@@ -57,19 +67,26 @@ def create_grpc_server(
     host: str,
     port: int,
     chat: ChatBackend | None = None,
+    images: ImageBackend | None = None,
 ) -> GrpcServer:
-    """Call inside the running event loop that will serve it; then `await GrpcServer.start()`."""
+    """Call inside the running event loop that will serve it; then `await GrpcServer.start()`.
+
+    Chat and Images are served only when their backend is given; health and reflection list what is served.
+    """
     server = grpc.aio.server(interceptors=[GatewayInterceptor(verifier)])
     _add_embeddings(EmbeddingsServicer(backend), server)
+    services = [EMBEDDINGS_SERVICE]
     if chat is not None:
         _add_chat(ChatServicer(chat), server)
+        services.append(CHAT_SERVICE)
+    if images is not None:
+        _add_images(ImagesServicer(images), server)
+        services.append(IMAGES_SERVICE)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (EMBEDDINGS_SERVICE, CHAT_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
+    reflection.enable_server_reflection((*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     bound = server.add_insecure_port(address(host, port))
-    return GrpcServer(server=server, health=health_servicer, port=bound)
+    return GrpcServer(server=server, health=health_servicer, port=bound, services=tuple(services))
 
 
 def address(host: str, port: int) -> str:

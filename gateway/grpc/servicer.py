@@ -13,8 +13,11 @@ from pydantic import ValidationError
 from gateway.errors import InvalidRequestError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.protocol.chat import ChatCompletionRequest
+from gateway.protocol.images import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest
 from gateway.services.chat import CacheResult
 from gateway.services.embeddings import EmbeddingResult
+from gateway.services.images import public_task
+from gateway.tasks.model import Task
 
 
 class EmbeddingBackend(Protocol):
@@ -80,10 +83,15 @@ def parse_chat_body(body_json: str) -> dict[str, Any]:
     try:
         request = ChatCompletionRequest.model_validate_json(body_json)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        location = ".".join(str(part) for part in first.get("loc", ()))
-        raise InvalidRequestError(f"body_json: {location}: {first['msg']}" if location else first["msg"]) from None
+        location, message = first_error(exc)
+        raise InvalidRequestError(f"body_json: {location}: {message}" if location else message) from None
     return request.model_dump(exclude_unset=True)
+
+
+def first_error(exc: ValidationError) -> tuple[str, str]:
+    """(dotted location, message) of the first error pydantic found; the location may be empty."""
+    first = exc.errors()[0]
+    return ".".join(str(part) for part in first.get("loc", ())), first["msg"]
 
 
 def chat_chunk(chunk_json: str) -> pb.ChatChunk:
@@ -94,3 +102,117 @@ def chat_chunk(chunk_json: str) -> pb.ChatChunk:
         content=(choice.get("delta") or {}).get("content") or "",
         finish_reason=choice.get("finish_reason") or "",
     )
+
+
+class ImageBackend(Protocol):
+    """What the gRPC front end needs from the image task service (`gateway.services.images`)."""
+
+    async def submit(
+        self, request: ImageGenerationRequest, *, idempotency_key: str | None = None, caller: str = ""
+    ) -> tuple[Task, bool]: ...
+
+    async def get(self, task_id: str) -> Task: ...
+
+    async def cancel(self, task_id: str) -> Task: ...
+
+    async def watch(self, task_id: str) -> AsyncGenerator[Task, None]: ...
+
+
+class ImagesServicer:
+    """`gateway.v1.Images`: the REST task API over the same service. Submit sets trailing metadata
+    `idempotent-replayed: true` when the idempotency key named an earlier task."""
+
+    def __init__(self, backend: ImageBackend) -> None:
+        self._backend = backend
+
+    async def Submit(self, request: pb.ImageRequest, context: grpc.aio.ServicerContext) -> pb.Task:
+        body = image_request(request)
+        key = idempotency_key(request.idempotency_key)
+        task, created = await self._backend.submit(body, idempotency_key=key, caller=caller(context))
+        if not created:
+            context.set_trailing_metadata((("idempotent-replayed", "true"),))
+        return task_message(task)
+
+    async def GetTask(self, request: pb.TaskRequest, context: grpc.aio.ServicerContext) -> pb.Task:
+        return task_message(await self._backend.get(request.task_id))
+
+    async def CancelTask(self, request: pb.TaskRequest, context: grpc.aio.ServicerContext) -> pb.Task:
+        return task_message(await self._backend.cancel(request.task_id))
+
+    async def WatchTask(self, request: pb.TaskRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Task]:
+        changes = await self._backend.watch(request.task_id)
+        async with aclosing(changes):  # a cancelled call stops the watch (and its store subscription)
+            async for task in changes:
+                yield task_message(task)
+
+
+def image_request(request: pb.ImageRequest) -> ImageGenerationRequest:
+    """The generation request, validated like the REST body; options_json supplies the pass-through fields."""
+    fields: dict[str, Any] = {"prompt": request.prompt}
+    for name in ("negative_prompt", "width", "height", "size"):
+        if request.HasField(name):
+            fields[name] = getattr(request, name)
+    try:
+        return ImageGenerationRequest.model_validate({**image_options(request.options_json), **fields})
+    except ValidationError as exc:
+        location, message = first_error(exc)
+        raise InvalidRequestError(f"{location}: {message}" if location else message, param=location or None) from None
+
+
+def image_options(options_json: str) -> dict[str, Any]:
+    if not options_json:
+        return {}
+    try:
+        options = json.loads(options_json)
+    except ValueError as exc:
+        message = f"options_json: expected a JSON object, got invalid JSON ({exc})"
+        raise InvalidRequestError(message, param="options_json") from None
+    if not isinstance(options, dict):
+        message = f"options_json: expected a JSON object, got {json_type(options)}"
+        raise InvalidRequestError(message, param="options_json")
+    named = sorted(options.keys() & ImageGenerationRequest.model_fields.keys())
+    if named:
+        message = f"options_json: {', '.join(named)} must be given as ImageRequest fields, not options"
+        raise InvalidRequestError(message, param="options_json")
+    return options
+
+
+def json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return names.get(type(value), "null")
+
+
+def idempotency_key(key: str) -> str | None:
+    if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidRequestError(
+            f"idempotency_key has {len(key)} characters; at most {MAX_IDEMPOTENCY_KEY_CHARS} are accepted",
+            param="idempotency_key",
+        )
+    return key or None
+
+
+def caller(context: grpc.aio.ServicerContext) -> str:
+    """The raw `authorization` value (as the REST route reads its header): idempotency keys are scoped to it."""
+    return next((str(value) for key, value in context.invocation_metadata() or () if key == "authorization"), "")
+
+
+def task_message(task: Task) -> pb.Task:
+    """The task as REST shows it (`public_task`), field for field."""
+    public = public_task(task)
+    return pb.Task(
+        id=public.id,
+        status=public.status,
+        created_at=public.created_at,
+        updated_at=public.updated_at,
+        completed_at=public.completed_at,
+        expires_at=public.expires_at,
+        urls=public.urls,
+        result_json=compact_json(public.result) if public.result is not None else "",
+        error_code=public.error.code if public.error else "",
+        error_message=public.error.message if public.error else "",
+    )
+
+
+def compact_json(value: Any) -> str:
+    """JSON as the REST body writes it (pydantic: no spaces, non-ASCII kept)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.routes.embeddings import embeddings
+from gateway.routes.images import images
 
 router = APIRouter()
 
@@ -18,8 +19,9 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready when Triton serves the model. A cache that does not answer is reported but does not
-    make the gateway unready: it serves without the cache."""
+    """Ready when Triton serves the model. A cache or task store that does not answer is reported but
+    does not make the gateway unready: with a shared Redis down, failing readiness would take every
+    replica, and so embeddings and chat, out of service for the sake of one feature."""
     service = embeddings(request)
     triton = await service.ready()
     cache = await service.cache_ready()
@@ -27,6 +29,7 @@ async def readyz(request: Request) -> JSONResponse:
     checks = {"triton": "ok" if triton else "unavailable"}
     if cache is not None:
         checks["cache"] = "ok" if cache else "degraded"
+    checks["tasks"] = "ok" if await images(request).ready() else "unavailable"
     return JSONResponse({"ready": triton, "checks": checks}, status_code=200 if triton else 503)
 
 

@@ -20,9 +20,10 @@ It speaks the real protocol:
   signature of `"\\n".join([request_id, user_id, timestamp, sha256_hex(raw_body)])` (see `webhook_message`).
 - `GET /.well-known/jwks.json` publishes the simulator's Ed25519 public key (`kid` "sim-1").
 
-On request it misbehaves: failed jobs (`failure_rate`, `fail_next`), lost webhooks, duplicated webhooks,
-a stale copy sent after the final webhook (`out_of_order`), late webhooks, forged signatures and stale
-timestamps. Webhooks are retried (`callback_attempts`) when the receiver fails or answers non-2xx.
+On request it misbehaves: slow submits, slow or failing (503) status calls, failed jobs (`failure_rate`,
+`fail_next`), lost webhooks, duplicated webhooks, a stale copy sent after the final webhook (`out_of_order`),
+late webhooks, forged signatures and stale timestamps. Webhooks are retried (`callback_attempts`) when the
+receiver fails or answers non-2xx.
 
 `PikaSimulatorConfig` may be changed while the server runs (a job reads it when it is submitted);
 `PikaSimulatorStats` (`app.state.stats`) records what happened.
@@ -72,6 +73,9 @@ class PikaSimulatorConfig:
 
     api_key: str | None = None  # the only accepted `Authorization: Key` key; None accepts any or none
     job_seconds: float = 0.3  # submission to end of job
+    submit_delay_seconds: float = 0.0  # how long the submit call takes to answer (a slow upstream)
+    status_delay_seconds: float = 0.0  # how long a status call takes to answer
+    status_failure_rate: float = 0.0  # probability a status call answers 503
     queue_fraction: float = 0.3  # the first part of job_seconds spent IN_QUEUE, the rest IN_PROGRESS
     failure_rate: float = 0.0  # probability a job ends in ERROR
     fail_next: int = 0  # the next N jobs end in ERROR (decremented per job)
@@ -98,6 +102,8 @@ class PikaSimulatorStats:
     submitted: int = 0
     submitted_by_model: Counter[str] = field(default_factory=Counter)
     status_polls: int = 0
+    status_failures: int = 0  # status calls answered 503 on purpose
+    polls_by_request: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # (monotonic, User-Agent)
     result_reads: int = 0
     cancels: int = 0  # cancel requests, accepted or not
     unauthorized: int = 0  # 401 answers
@@ -306,7 +312,13 @@ async def status(request: Request, owner: str, app: str, request_id: str) -> JSO
     simulator = _simulator(request)
     if not simulator.authorized(request):
         return _unauthorized()
-    simulator.stats.status_polls += 1
+    stats = simulator.stats
+    stats.status_polls += 1
+    stats.polls_by_request.setdefault(request_id, []).append((time.monotonic(), request.headers.get("user-agent", "")))
+    await asyncio.sleep(simulator.config.status_delay_seconds)
+    if simulator.roll(simulator.config.status_failure_rate):
+        stats.status_failures += 1
+        return JSONResponse({"detail": "Service temporarily unavailable"}, 503)
     job = _job(simulator, owner, app, request_id)
     if job is None:
         return _not_found(request_id)
@@ -369,6 +381,7 @@ async def submit(request: Request, model_path: str) -> JSONResponse:
     if not isinstance(body.get("prompt"), str) or not body["prompt"]:
         detail = [{"loc": ["body", "prompt"], "msg": "field required", "type": "value_error.missing"}]
         return JSONResponse({"detail": detail}, 422)
+    await asyncio.sleep(simulator.config.submit_delay_seconds)
     config = copy.copy(simulator.config)
     will_fail = config.fail_next > 0 or simulator.roll(config.failure_rate)
     if simulator.config.fail_next > 0:

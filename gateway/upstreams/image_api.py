@@ -77,6 +77,7 @@ class FalQueueClient:
         connect_timeout_seconds: float = 5.0,
         read_timeout_seconds: float = 30.0,
         max_connections: int = 20,
+        user_agent: str = "ai-gateway",
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._base_url = base_url.rstrip("/")
@@ -89,7 +90,8 @@ class FalQueueClient:
             pool=read_timeout_seconds,
         )
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
+        headers = {"User-Agent": user_agent}
+        self._client = httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, transport=transport)
 
     @property
     def configured(self) -> bool:
@@ -203,3 +205,41 @@ async def _error_of(response: httpx.Response, api_key: SecretStr | None) -> Gate
     if status in (502, 503, 504):
         return ImageUnavailableError(f"image upstream unavailable ({status}): {message}")
     return ImageUpstreamError(f"image upstream failed ({status}): {message}")
+
+
+# Pika v2.2 on fal takes an aspect ratio and a resolution rather than pixel sizes.
+PIKA_ASPECT_RATIOS = {
+    "16:9": 16 / 9,
+    "9:16": 9 / 16,
+    "1:1": 1.0,
+    "4:5": 4 / 5,
+    "5:4": 5 / 4,
+    "3:2": 3 / 2,
+    "2:3": 2 / 3,
+}
+
+
+def pika_arguments(
+    prompt: str, *, negative_prompt: str | None, width: int | None, height: int | None, options: dict[str, Any]
+) -> dict[str, Any]:
+    """The fal request body for a generation: the nearest aspect ratio and resolution for a pixel size;
+    the client's own options (e.g. `aspect_ratio`, `seed`, `duration`) win over what is derived."""
+    arguments: dict[str, Any] = {"prompt": prompt}
+    if negative_prompt:
+        arguments["negative_prompt"] = negative_prompt
+    if width is not None and height is not None:
+        ratio = width / height
+        arguments["aspect_ratio"] = min(PIKA_ASPECT_RATIOS, key=lambda name: abs(PIKA_ASPECT_RATIOS[name] - ratio))
+        arguments["resolution"] = "1080p" if min(width, height) >= 1080 else "720p"
+    return {**arguments, **options}
+
+
+def result_urls(payload: dict[str, Any]) -> list[str]:
+    """File URLs in a fal result: `video`/`image` objects and `videos`/`images` lists, in that order."""
+    files: list[Any] = []
+    for single, many in (("video", "videos"), ("image", "images")):
+        files.append(payload.get(single))
+        listed = payload.get(many)
+        if isinstance(listed, list):
+            files.extend(listed)
+    return [file["url"] for file in files if isinstance(file, dict) and isinstance(file.get("url"), str)]

@@ -9,7 +9,7 @@ import json
 import re
 import subprocess
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -29,7 +29,10 @@ SCENARIOS = ["default", *sorted(p.stem.removesuffix("-values") for p in (CHART /
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
 SECRET_LIKE = re.compile(r"KEY|PASSWORD|SECRET|TOKEN$|REDIS_URL", re.IGNORECASE)
 # Settings whose default is "unset" (None): the chart leaves them out unless gateway.extraConfig sets them.
-UNSET_BY_DEFAULT = {"OTEL_EXPORTER_OTLP_ENDPOINT", "HUNYUAN_TOKENS_PER_MINUTE"}
+# GATEWAY_PUBLIC_URL is rendered only when the ingress (or gateway.config) gives the gateway a public address.
+UNSET_BY_DEFAULT = {"OTEL_EXPORTER_OTLP_ENDPOINT", "HUNYUAN_TOKENS_PER_MINUTE", "GATEWAY_PUBLIC_URL"}
+# Keys the gateway reads from its Secret (the chart's, or gateway.existingSecret).
+GATEWAY_SECRET_KEYS = {"GATEWAY_API_KEYS", "HUNYUAN_API_KEY", "PIKA_API_KEY"}
 
 Manifest = dict[str, Any]
 
@@ -270,15 +273,102 @@ def test_secrets_only_in_secrets(scenario: str) -> None:
 
 def test_gateway_keys_come_from_the_charts_secret() -> None:
     secret = one("gpu", "Secret", "gateway")
-    assert secret["stringData"] == {"GATEWAY_API_KEYS": "ci-key-1,ci-key-2", "HUNYUAN_API_KEY": "ci-hunyuan-key"}
+    assert secret["stringData"] == {
+        "GATEWAY_API_KEYS": "ci-key-1,ci-key-2",
+        "HUNYUAN_API_KEY": "ci-hunyuan-key",
+        "PIKA_API_KEY": "ci-pika-key",
+    }
     env = {e["name"]: e for e in container(one("gpu", "Deployment", "gateway"), "gateway")["env"]}
-    assert env["HUNYUAN_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "ai-ai-stack-gateway"
+    for key in GATEWAY_SECRET_KEYS:
+        assert env[key]["valueFrom"]["secretKeyRef"] == {"name": "ai-ai-stack-gateway", "key": key, "optional": True}
 
 
 def test_gateway_keys_come_from_an_existing_secret() -> None:
     assert [s for s in of_kind("external-redis", "Secret") if s["metadata"]["name"].endswith("gateway")] == []
     env = {e["name"]: e for e in container(one("external-redis", "Deployment", "gateway"), "gateway")["env"]}
-    assert env["GATEWAY_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "ai-gateway-keys"
+    for key in GATEWAY_SECRET_KEYS:
+        assert env[key]["valueFrom"]["secretKeyRef"] == {"name": "ai-gateway-keys", "key": key, "optional": True}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_pika_api_key_only_in_the_secret(scenario: str) -> None:
+    assert "PIKA_API_KEY" not in one(scenario, "ConfigMap", "gateway")["data"]
+    env = {e["name"]: e for e in container(one(scenario, "Deployment", "gateway"), "gateway")["env"]}
+    assert set(env["PIKA_API_KEY"]) == {"name", "valueFrom"}, "from a secretKeyRef, never a plain value"
+    assert env["PIKA_API_KEY"]["valueFrom"]["secretKeyRef"]["optional"] is True, "no key: image routes answer 503"
+
+
+def test_gateway_public_url_is_the_ingress_host() -> None:
+    assert one("gpu", "ConfigMap", "gateway")["data"]["GATEWAY_PUBLIC_URL"] == "https://ai.example.com"
+    for scenario in ("default", "external-redis", "sqlite-tasks"):
+        assert "GATEWAY_PUBLIC_URL" not in one(scenario, "ConfigMap", "gateway")["data"], "no ingress: poll"
+
+
+def config_map_data(*args: str) -> dict[str, str]:
+    result = helm("template", RELEASE, str(CHART), "--show-only", "templates/gateway-configmap.yaml", *args)
+    assert result.returncode == 0, result.stderr
+    data: dict[str, str] = yaml.safe_load(result.stdout)["data"]
+    return data
+
+
+def test_gateway_public_url_set_explicitly_wins() -> None:
+    url = "https://hooks.example.org"
+    assert config_map_data("--set", f"gateway.config.GATEWAY_PUBLIC_URL={url}")["GATEWAY_PUBLIC_URL"] == url
+    with_ingress = ("--set", "ingress.enabled=true")
+    overridden = config_map_data(*with_ingress, "--set", f"gateway.extraConfig.GATEWAY_PUBLIC_URL={url}")
+    assert overridden["GATEWAY_PUBLIC_URL"] == url
+    wildcard = config_map_data(*with_ingress, "--set", "ingress.hosts[0].host=*.example.com")
+    assert "GATEWAY_PUBLIC_URL" not in wildcard, "a wildcard host is no address fal can call"
+
+
+def test_schema_rejects_a_public_url_without_scheme() -> None:
+    result = helm("template", str(CHART), "--set", "gateway.config.GATEWAY_PUBLIC_URL=ai.example.com")
+    assert result.returncode != 0
+    assert "GATEWAY_PUBLIC_URL" in result.stderr
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_task_database_folder_is_a_writable_volume(scenario: str) -> None:
+    deployment = one(scenario, "Deployment", "gateway")
+    path = PurePosixPath(one(scenario, "ConfigMap", "gateway")["data"]["TASKS_SQLITE_PATH"])
+    assert path.is_absolute(), "the working directory is on the read-only root filesystem"
+    mounts = {m["mountPath"]: m["name"] for m in container(deployment, "gateway")["volumeMounts"]}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert set(volumes[mounts[str(path.parent)]]) & {"emptyDir", "persistentVolumeClaim"}
+
+
+def test_task_database_without_redis_is_on_a_pvc_with_one_replica() -> None:
+    deployment = one("sqlite-tasks", "Deployment", "gateway")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}, "one SQLite writer, RWO volume"
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    assert volumes["tasks"]["persistentVolumeClaim"] == {"claimName": "ai-ai-stack-gateway-tasks"}
+    claim = one("sqlite-tasks", "PersistentVolumeClaim", "gateway-tasks")
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert "REDIS_URL" not in {e["name"] for e in container(deployment, "gateway")["env"]}
+
+
+@pytest.mark.parametrize("scenario", ["default", "external-redis", "autoscaling-off"])
+def test_task_database_with_redis_needs_no_pvc(scenario: str) -> None:
+    assert [c for c in of_kind(scenario, "PersistentVolumeClaim") if c["metadata"]["name"].endswith("-tasks")] == []
+    assert one(scenario, "Deployment", "gateway")["spec"]["strategy"]["type"] == "RollingUpdate"
+    volumes = {v["name"]: v for v in one(scenario, "Deployment", "gateway")["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes["tasks"], "unused with Redis, but the path stays writable"
+
+
+def test_chart_refuses_a_task_pvc_for_several_replicas() -> None:
+    sqlite_on_a_pvc = ("--set", "redis.enabled=false", "--set", "gateway.taskStore.persistence.enabled=true")
+    for extra in ("gateway.replicaCount=1", "gateway.autoscaling.enabled=false"):  # the other one is still wrong
+        result = helm("template", str(CHART), *sqlite_on_a_pvc, "--set", extra)
+        assert result.returncode != 0
+        assert "gateway.taskStore.persistence" in result.stderr
+
+
+def test_chart_refuses_a_relative_task_database_path() -> None:
+    result = helm("template", str(CHART), "--set", "gateway.extraConfig.TASKS_SQLITE_PATH=tasks.sqlite3")
+    assert result.returncode != 0
+    assert "TASKS_SQLITE_PATH must be an absolute file path" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -312,6 +402,14 @@ def test_gateway_env_matches_the_settings_it_reads() -> None:
     assert all(name in documented for name in UNSET_BY_DEFAULT), "document the unset ones under gateway.extraConfig"
 
 
+def test_every_setting_is_in_the_readme() -> None:
+    """values.yaml sends readers to the README's Configuration table for what each variable means."""
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    missing = settings_env_names() - set(re.findall(r"`([A-Z][A-Z0-9_]+)`", table))
+    assert missing == set(), f"add {sorted(missing)} with their defaults to README.md's Configuration table"
+
+
 def test_gateway_config_parses_as_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.settings import Settings
 
@@ -335,6 +433,16 @@ def test_network_policy_lets_only_the_gateway_reach_triton_and_redis() -> None:
             if rule_ports & ports:
                 assert rule["from"] == [gateway_peer], component
                 assert rule_ports == ports
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_network_policy_leaves_the_gateway_reachable_and_free_to_call_out(scenario: str) -> None:
+    """fal's webhooks come in through the ingress on the HTTP port; the gateway calls fal and Hunyuan over HTTPS."""
+    gateway_labels = one(scenario, "Deployment", "gateway")["spec"]["template"]["metadata"]["labels"]
+    for policy in of_kind(scenario, "NetworkPolicy"):
+        selector = policy["spec"]["podSelector"].get("matchLabels", {})
+        assert not selector.items() <= gateway_labels.items(), f"{policy['metadata']['name']} selects the gateway"
+        assert "Egress" not in policy["spec"]["policyTypes"]
 
 
 def test_selectors_are_stable_labels() -> None:
@@ -376,8 +484,31 @@ def test_grafana_dashboard_shows_the_signals() -> None:
         "nv_inference_compute_infer_duration_us",
         "gateway_embedding_batch_size",
         "gateway_llm_upstream_errors_total",
+        "gateway_image_tasks{",
+        "gateway_image_task_duration_seconds_bucket",
+        "gateway_image_callbacks_total",
+        "gateway_image_polls_total",
     ):
         assert metric in exprs, metric
+
+
+def test_dashboard_metrics_exist_in_the_gateway() -> None:
+    from prometheus_client import REGISTRY
+
+    import gateway.metrics  # noqa: F401  (declares every gateway_* metric)
+
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"], "gauge": [""]}
+    declared = {f.name + suffix for f in REGISTRY.collect() for suffix in suffixes.get(f.type, [""])}
+    dashboard = json.loads((CHART / "dashboards" / "ai-stack.json").read_text())
+    exprs = " ".join(t["expr"] for panel in dashboard["panels"] for t in panel["targets"])
+    used = set(re.findall(r"\bgateway_[a-z_]+", exprs))
+    assert used - declared == set(), "the dashboard queries metrics the gateway does not export"
+
+
+def test_readme_parameter_tables_match_values() -> None:
+    params = re.findall(r"^\s*## @param (\S+) (.*)$", (CHART / "values.yaml").read_text(), re.MULTILINE)
+    rows = re.findall(r"^\| `([^`]+)` \| (.*) \| .* \|$", (CHART / "README.md").read_text(), re.MULTILINE)
+    assert rows == params, "README.md's parameter tables drifted from the `## @param` lines of values.yaml"
 
 
 def test_every_value_is_documented() -> None:

@@ -118,3 +118,52 @@ behavior:
         value: {{ $b.scaleDown.pods }}
         periodSeconds: {{ $b.scaleDown.periodSeconds }}
 {{- end }}
+
+{{/* One gateway setting as the ConfigMap carries it: gateway.extraConfig over gateway.config. Call with (dict "ctx" $ "name" "TASKS_SQLITE_PATH"). */}}
+{{- define "ai-stack.gateway.setting" -}}
+{{- $gw := .ctx.Values.gateway }}
+{{- if hasKey $gw.extraConfig .name }}{{ index $gw.extraConfig .name }}{{ else }}{{ index $gw.config .name | default "" }}{{ end }}
+{{- end }}
+
+{{/* GATEWAY_PUBLIC_URL: the value, else https://<first ingress host> when the ingress is on, else empty (polling). */}}
+{{- define "ai-stack.gateway.publicUrl" -}}
+{{- $url := include "ai-stack.gateway.setting" (dict "ctx" . "name" "GATEWAY_PUBLIC_URL") }}
+{{- if $url }}
+{{- $url }}
+{{- else if .Values.ingress.enabled }}
+{{- $host := "" }}
+{{- range .Values.ingress.hosts }}
+{{- if and (not $host) .host (not (hasPrefix "*" .host)) }}
+{{- $host = .host }}
+{{- end }}
+{{- end }}
+{{- with $host }}
+{{- printf "https://%s" . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when image tasks live in the SQLite file TASKS_SQLITE_PATH (no Redis), else empty. */}}
+{{- define "ai-stack.gateway.tasksOnDisk" -}}
+{{- if not (include "ai-stack.redis.urlSecretName" .) }}true{{ end }}
+{{- end }}
+
+{{/* Folder of TASKS_SQLITE_PATH, where the gateway's task volume is mounted. */}}
+{{- define "ai-stack.gateway.tasksDir" -}}
+{{- $path := include "ai-stack.gateway.setting" (dict "ctx" . "name" "TASKS_SQLITE_PATH") }}
+{{- if not (regexMatch "^/[^/].*/[^/]+$" $path) }}
+{{- fail (printf "TASKS_SQLITE_PATH must be an absolute file path below a folder (the folder becomes a volume), not %q" $path) }}
+{{- end }}
+{{- if eq (dir $path) "/tmp" }}
+{{- fail "TASKS_SQLITE_PATH: /tmp is the gateway's scratch volume (lost with the pod); use another folder, e.g. /var/lib/gateway" }}
+{{- end }}
+{{- dir $path }}
+{{- end }}
+
+{{/* PVC holding the task database: set only without Redis and with gateway.taskStore.persistence.enabled. */}}
+{{- define "ai-stack.gateway.tasksClaim" -}}
+{{- $persistence := .Values.gateway.taskStore.persistence }}
+{{- if and (include "ai-stack.gateway.tasksOnDisk" .) $persistence.enabled }}
+{{- default (printf "%s-tasks" (include "ai-stack.gateway.fullname" .)) $persistence.existingClaim }}
+{{- end }}
+{{- end }}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -10,7 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from gateway.app import create_app
-from gateway.settings import CacheSettings, ServerSettings, Settings, TritonSettings
+from gateway.settings import CacheSettings, ServerSettings, Settings, TaskStoreSettings, TritonSettings
 from localtriton.server import TritonProcess
 from tests.conftest import free_port
 from tests.servers import ThreadedServer
@@ -38,11 +40,14 @@ class RunningGateway(ThreadedServer):
 
 
 def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
-    """Settings for a test gateway: free ports, the given Triton, no cache unless asked for."""
+    """Settings for a test gateway: free ports, the given Triton, no cache unless asked for, a task
+    database of its own."""
+    task_db = Path(tempfile.mkdtemp(prefix="gateway-tasks-")) / "tasks.sqlite3"
     defaults: dict[str, Any] = {
         "server": ServerSettings(host="127.0.0.1", http_port=free_port(), grpc_port=free_port()),
         "triton": TritonSettings(url=triton_url),
         "cache": CacheSettings(embedding_cache_mb=0),
+        "tasks": TaskStoreSettings(sqlite_path=str(task_db)),
     }
     return Settings(**{**defaults, **concerns})
 

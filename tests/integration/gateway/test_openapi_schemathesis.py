@@ -19,12 +19,13 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from gateway.app import create_app
-from gateway.settings import LLMSettings
+from gateway.settings import ImageSettings, LLMSettings
 from gateway.sim.hunyuan import SimulatorConfig
 from localtriton.server import TritonProcess
 from tests.conftest import GATEWAY_VARIABLES
 from tests.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.integration.gateway.conftest import RunningGateway, gateway_settings
+from tests.pika_fixtures import RunningPikaSimulator
 
 pytestmark = pytest.mark.slow
 
@@ -35,19 +36,22 @@ CHECKS = [not_a_server_error, status_code_conformance, response_schema_conforman
 
 @pytest.fixture(scope="module")
 def gateway(triton_fp32: TritonProcess) -> Iterator[RunningGateway]:
-    """One gateway for every operation, chat going to a Hunyuan simulator; it reads none of the developer's
-    settings."""
+    """One gateway for every operation, chat going to a Hunyuan simulator and images to a Pika simulator;
+    it reads none of the developer's settings."""
     simulator = RunningHunyuanSimulator(SimulatorConfig(api_key="schema-key")).start()
+    pika = RunningPikaSimulator().start()
     llm = LLMSettings(base_url=simulator.base_url, api_key=SecretStr("schema-key"))
+    images = ImageSettings(base_url=pika.base_url, api_key=SecretStr("pika-key"), webhook_jwks_url=pika.jwks_url)
     with pytest.MonkeyPatch.context() as env:
         for name in GATEWAY_VARIABLES:
             env.delenv(name, raising=False)
-        running = RunningGateway(gateway_settings(triton_fp32.grpc_url, llm=llm)).start()
+        running = RunningGateway(gateway_settings(triton_fp32.grpc_url, llm=llm, images=images)).start()
         try:
             yield running
         finally:
             running.stop()
             simulator.stop()
+            pika.stop()
 
 
 def test_live_document_is_the_one_tested(gateway: RunningGateway) -> None:

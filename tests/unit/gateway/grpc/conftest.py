@@ -1,4 +1,4 @@
-"""Real grpc.aio servers on free ports over an in-memory fake embedding backend.
+"""Real grpc.aio servers on free ports over an in-memory fake embedding backend (and, if given, image backend).
 
 The servers run on an event loop in a background thread; tests call them through real channels with the
 generated (synchronous) stubs, so the tests themselves stay plain functions.
@@ -35,6 +35,7 @@ from gateway.errors import (  # noqa: E402
 )
 from gateway.grpc.pb.gateway.v1 import gateway_pb2_grpc  # noqa: E402
 from gateway.grpc.server import GrpcServer, create_grpc_server  # noqa: E402
+from gateway.grpc.servicer import ImageBackend  # noqa: E402
 from gateway.services.embeddings import EmbeddingResult  # noqa: E402
 
 T = TypeVar("T")
@@ -124,6 +125,10 @@ class Harness:
     def embeddings(self) -> gateway_pb2_grpc.EmbeddingsStub:
         return gateway_pb2_grpc.EmbeddingsStub(self.channel)
 
+    @property
+    def images(self) -> gateway_pb2_grpc.ImagesStub:
+        return gateway_pb2_grpc.ImagesStub(self.channel)
+
 
 HarnessFactory = Callable[..., Harness]
 
@@ -137,19 +142,24 @@ def loop_thread() -> Iterator[LoopThread]:
 
 @pytest.fixture
 def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
-    """Start servers (keys: the API keys, () for none; handlers: extra generic handlers); all stop at teardown."""
+    """Start servers (keys: the API keys, () for none; handlers: extra generic handlers; images: an image
+    backend, which also serves gateway.v1.Images); all stop at teardown."""
     started: list[Harness] = []
 
-    async def build(backend: FakeBackend, keys: Sequence[str], handlers: Sequence[Any]) -> GrpcServer:
+    async def build(
+        backend: FakeBackend, keys: Sequence[str], handlers: Sequence[Any], images: ImageBackend | None
+    ) -> GrpcServer:
         verifier = ApiKeyVerifier([key.encode() for key in keys])
-        server = create_grpc_server(backend, verifier, host="127.0.0.1", port=0)
+        server = create_grpc_server(backend, verifier, host="127.0.0.1", port=0, images=images)
         server.server.add_generic_rpc_handlers(tuple(handlers))
         await server.start()
         return server
 
-    def start(keys: Sequence[str] = (API_KEY,), handlers: Sequence[Any] = ()) -> Harness:
+    def start(
+        keys: Sequence[str] = (API_KEY,), handlers: Sequence[Any] = (), images: ImageBackend | None = None
+    ) -> Harness:
         backend = FakeBackend()
-        server = loop_thread.run(build(backend, keys, handlers))
+        server = loop_thread.run(build(backend, keys, handlers, images))
         channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
         started.append(Harness(server, backend, channel, loop_thread))
         return started[-1]

@@ -1,0 +1,28 @@
+"""POST /v1/callbacks/pika/{task_id}: fal's webhook for a Pika job, authenticated by its signature.
+
+This route takes no API key (fal cannot send one); `ApiKeyMiddleware` exempts `CALLBACK_PREFIX` and
+the service verifies fal's Ed25519 signature over the raw body instead.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from gateway.protocol.openai import ErrorResponse
+from gateway.routes.images import images
+
+router = APIRouter()
+
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 503)}
+
+
+@router.post("/v1/callbacks/pika/{task_id}", responses=ERRORS)  # type: ignore[arg-type]
+async def pika_callback(task_id: str, request: Request) -> JSONResponse:
+    body = await request.body()
+    task = await images(request).handle_callback(task_id, request.headers, body)
+    return JSONResponse({"received": True, "task_id": task.id, "status": task.state.value})
+
+
+def attach_router(app: FastAPI) -> None:
+    app.include_router(router)

@@ -1,0 +1,76 @@
+"""POST /v1/images/generations (202 + task), GET /v1/tasks/{id}, GET /v1/tasks/{id}/events (SSE), DELETE."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+
+from fastapi import APIRouter, FastAPI, Header, Request, Response
+from fastapi.responses import StreamingResponse
+
+from gateway import sse
+from gateway.protocol.images import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
+from gateway.protocol.openai import ErrorResponse
+from gateway.services.images import ImageService, public_task
+from gateway.tasks.model import Task
+
+router = APIRouter()
+
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 413, 429, 503)}
+
+
+def images(request: Request) -> ImageService:
+    service: ImageService = request.app.state.images
+    return service
+
+
+@router.post("/v1/images/generations", status_code=202, response_model=TaskObject, responses=ERRORS)  # type: ignore[arg-type]
+async def create_image_generation(
+    body: ImageGenerationRequest,
+    request: Request,
+    idempotency_key: str | None = Header(
+        None, max_length=MAX_IDEMPOTENCY_KEY_CHARS, description="Same key, same task (per API key)."
+    ),
+) -> Response:
+    caller = request.headers.get("authorization", "")
+    task, created = await images(request).submit(body, idempotency_key=idempotency_key, caller=caller)
+    headers = {"Location": f"/v1/tasks/{task.id}"}
+    if not created:
+        headers["Idempotent-Replayed"] = "true"
+    return task_response(task, status_code=202, headers=headers)
+
+
+@router.get("/v1/tasks/{task_id}", response_model=TaskObject, responses=ERRORS)  # type: ignore[arg-type]
+async def get_task(task_id: str, request: Request) -> Response:
+    return task_response(await images(request).get(task_id))
+
+
+@router.delete("/v1/tasks/{task_id}", response_model=TaskObject, responses=ERRORS)  # type: ignore[arg-type]
+async def cancel_task(task_id: str, request: Request) -> Response:
+    return task_response(await images(request).cancel(task_id))
+
+
+@router.get(
+    "/v1/tasks/{task_id}/events",
+    responses={200: {"content": {sse.MEDIA_TYPE: {}}, "description": "One event per change, then [DONE]."}, **ERRORS},  # type: ignore[dict-item]
+)
+async def watch_task(task_id: str, request: Request) -> StreamingResponse:
+    changes = await images(request).watch(task_id)
+    return StreamingResponse(
+        sse.with_heartbeats(sse.encode_stream(_json(changes))), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS
+    )
+
+
+async def _json(tasks: AsyncGenerator[Task, None]) -> AsyncGenerator[str, None]:
+    async with aclosing(tasks):
+        async for task in tasks:
+            yield public_task(task).model_dump_json()
+
+
+def task_response(task: Task, *, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    body = public_task(task).model_dump_json()
+    return Response(body, status_code=status_code, media_type="application/json", headers=headers)
+
+
+def attach_router(app: FastAPI) -> None:
+    app.include_router(router)

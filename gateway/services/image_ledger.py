@@ -1,0 +1,64 @@
+"""Every change of an image task goes through `TaskLedger.change`: read, decide, compare-and-set, retry.
+
+A webhook, a poller, a cancel and a timeout may all race on one task, on different replicas. Each
+writer states its decision as a function of the current record; the ledger applies it with the
+store's compare-and-set and, when another writer won, decides again on the fresh record. So the
+outcome is the same whatever the order, and a terminal task is never changed again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gateway import metrics
+from gateway.errors import NotFoundError
+from gateway.tasks.base import TaskStore, TaskStoreError
+from gateway.tasks.model import Task, TaskError, TaskState
+
+MAX_CONFLICTS = 16
+
+Decision = Callable[[Task], Task | None]  # the new record, or None to leave the task as it is
+
+
+class TaskLedger:
+    def __init__(self, store: TaskStore, *, retention_seconds: float, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.retention_seconds = retention_seconds
+        self.clock = clock
+
+    async def get(self, task_id: str) -> Task:
+        task = await self.store.get(task_id)
+        if task is None:
+            raise NotFoundError(f"task {task_id!r} not found (unknown, or expired after its retention)")
+        return task
+
+    async def change(self, task_id: str, decide: Decision) -> tuple[Task, bool]:
+        """Apply `decide` to the current record until it sticks; return the record and whether it changed."""
+        for _ in range(MAX_CONFLICTS):
+            current = await self.get(task_id)
+            new = decide(current)
+            if new is None:
+                return current, False
+            if await self.store.save(new):
+                if new.state != current.state:
+                    self._count(new)
+                return new, True
+        raise TaskStoreError(f"task {task_id}: {MAX_CONFLICTS} conflicting writes in a row")
+
+    def ended(self, task: Task, state: TaskState, **changes: Any) -> Task:
+        """`task` moved to the terminal `state` now, with its expiry set from the retention."""
+        now = self.clock()
+        return task.moved(state, now, ended_at=now, expires_at=now + self.retention_seconds, **changes)
+
+    def failed(self, task: Task, code: str, message: str, **changes: Any) -> Task:
+        error = TaskError(code, message)
+        return self.ended(task, TaskState.FAILED, error=error, next_attempt_at=None, poll_after=None, **changes)
+
+    def _count(self, task: Task) -> None:
+        metrics.IMAGE_TASK_TRANSITIONS.labels(state=task.state.value).inc()
+        if task.state.terminal and task.ended_at is not None:
+            metrics.IMAGE_TASK_DURATION.labels(state=task.state.value).observe(task.ended_at - task.created_at)
+            if task.completed_by == "polling":
+                metrics.IMAGE_TASKS_COMPLETED_BY_POLLING.inc()

@@ -1,0 +1,307 @@
+"""The background side of image tasks: submitting to the upstream, polling, timeouts and expiry.
+
+Each replica runs one `ImageTaskRunner`. Its scanner reads the unfinished tasks from the store every
+`scan_interval_seconds`, so a task survives any replica: a restarted or surviving replica finds it
+still pending (and submits it) or processing (and polls it once its webhook is overdue). Submitting
+and polling a task each take a short lease in the store first, so one replica at a time does it;
+the time of the next attempt or poll is kept on the task, so the back-off continues wherever the
+task goes next. New tasks are also queued locally, so the replica that accepted one submits it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway import metrics
+from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
+from gateway.services.image_ledger import TaskLedger
+from gateway.tasks.base import TaskStoreError
+from gateway.tasks.model import Task, TaskState
+from gateway.upstreams.image_api import FalStatus, FalSubmission, ImageUpstreamError
+
+log = logging.getLogger(__name__)
+
+PURGE_EVERY_SECONDS = 60.0
+MAX_CONCURRENT_POLLS = 64
+
+
+class ImageQueue(Protocol):
+    """What the runner needs from the upstream client (`FalQueueClient`)."""
+
+    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission: ...
+
+    async def status(self, submission_or_status_url: FalSubmission | str) -> FalStatus: ...
+
+    async def result(self, response_url: str) -> dict[str, Any]: ...
+
+    async def cancel(self, cancel_url: str) -> bool: ...
+
+
+class SubmitQuota(Protocol):
+    def slot(self, estimated_tokens: int = 0) -> AbstractAsyncContextManager[object]: ...
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    callback_url_base: str | None  # e.g. https://ai.example.com/v1/callbacks/pika; None: poll from the start
+    callback_grace_seconds: float = 30.0
+    poll_initial_seconds: float = 1.0
+    poll_max_seconds: float = 10.0
+    lease_seconds: float = 30.0
+    scan_interval_seconds: float = 1.0
+    max_concurrent_submits: int = 4
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 30.0
+
+
+def backoff(first: float, most: float, attempt: int) -> float:
+    return float(min(most, first * 2 ** min(attempt, 30)))
+
+
+class ImageTaskRunner:
+    def __init__(
+        self, ledger: TaskLedger, upstream: ImageQueue, quota: SubmitQuota, config: RunnerConfig, *, owner: str
+    ) -> None:
+        self._ledger = ledger
+        self._store = ledger.store
+        self._upstream = upstream
+        self._quota = quota
+        self._config = config
+        self._owner = owner  # this replica's name on leases
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._busy: set[str] = set()  # tasks this replica is submitting, polling or timing out right now
+        self._polls = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
+        self._background: set[asyncio.Task[None]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._last_purge = float("-inf")
+
+    async def start(self) -> None:
+        workers = [self._submit_worker() for _ in range(self._config.max_concurrent_submits)]
+        self._loops = [asyncio.create_task(loop) for loop in (*workers, self._scan_forever())]
+
+    async def aclose(self) -> None:
+        tasks = [*self._loops, *self._background]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def enqueue(self, task_id: str) -> None:
+        if task_id not in self._queued and task_id not in self._busy:
+            self._queued.add(task_id)
+            self._queue.put_nowait(task_id)
+
+    def cancel_upstream(self, task: Task) -> None:
+        """Ask the upstream to drop the job, in the background; a failure only costs upstream compute."""
+        if task.cancel_url is not None:
+            self._spawn(self._cancel_upstream(task.id, task.cancel_url))
+
+    # -- scanning ----------------------------------------------------------------------------------
+
+    async def scan_once(self) -> None:
+        now = self._ledger.clock()
+        tasks = await self._store.unfinished()
+        for state in (TaskState.PENDING, TaskState.PROCESSING):
+            metrics.IMAGE_TASKS.labels(state=state.value).set(sum(task.state == state for task in tasks))
+        for task in tasks:
+            if task.id in self._busy:
+                continue
+            if now >= task.deadline_at:
+                self._spawn(self._exclusive(task.id, self._time_out(task.id)))
+            elif task.state == TaskState.PENDING and (task.next_attempt_at or 0.0) <= now:
+                self.enqueue(task.id)
+            elif task.state == TaskState.PROCESSING and task.poll_after is not None and task.poll_after <= now:
+                self._spawn(self._exclusive(task.id, self._poll(task.id)))
+        if now - self._last_purge >= PURGE_EVERY_SECONDS:
+            self._last_purge = now
+            purged = await self._store.purge_expired(now)
+            if purged:
+                log.info("expired image tasks purged", extra={"count": purged})
+
+    async def _scan_forever(self) -> None:
+        while True:
+            try:
+                await self.scan_once()
+            except TaskStoreError as exc:
+                log.warning("image task scan failed: %s", exc.message)
+            except Exception:
+                log.exception("image task scan failed")
+            await asyncio.sleep(self._config.scan_interval_seconds)
+
+    # -- submitting --------------------------------------------------------------------------------
+
+    async def _submit_worker(self) -> None:
+        while True:
+            task_id = await self._queue.get()
+            self._queued.discard(task_id)
+            await self._exclusive(task_id, self._submit(task_id))
+
+    async def _submit(self, task_id: str) -> None:
+        lease = f"submit:{task_id}"
+        if not await self._store.acquire_lease(lease, self._owner, self._config.lease_seconds):
+            return  # another replica is submitting it
+        try:
+            task = await self._ledger.get(task_id)
+            now = self._ledger.clock()
+            if task.state != TaskState.PENDING or (task.next_attempt_at or 0.0) > now:
+                return
+            if now >= task.deadline_at:
+                await self._time_out(task_id)
+                return
+            await self._submit_pending(task)
+        finally:
+            await self._store.release_lease(lease, self._owner)
+
+    async def _submit_pending(self, task: Task) -> None:
+        callback = f"{self._config.callback_url_base}/{task.id}" if self._config.callback_url_base else None
+        try:
+            async with self._quota.slot():
+                submission = await self._upstream.submit(task.arguments, callback)
+        except (InvalidRequestError, NotFoundError) as exc:
+            metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="rejected").inc()
+            reason = exc.message
+            await self._ledger.change(task.id, lambda t: self._ledger.failed(t, "upstream_rejected", reason))
+            return
+        except GatewayError as exc:  # unavailable, timeout, quota, 5xx: try again later, until the deadline
+            metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="retry").inc()
+            log.warning("image task submit failed, will retry: %s", exc.message, extra={"task_id": task.id})
+            await self._ledger.change(task.id, self._retry_later)
+            return
+        metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="accepted").inc()
+        now = self._ledger.clock()
+        wait = self._config.callback_grace_seconds if callback else self._config.poll_initial_seconds
+        stored, _ = await self._ledger.change(task.id, lambda t: self._accepted(t, submission, now, wait))
+        if stored.state == TaskState.CANCELLED and stored.upstream_request_id is None:
+            self._spawn(self._cancel_upstream(task.id, submission.cancel_url))  # cancelled while submitting
+
+    def _accepted(self, task: Task, submission: FalSubmission, now: float, wait: float) -> Task | None:
+        if task.state != TaskState.PENDING:
+            return None  # cancelled, timed out, or already ended by an early webhook
+        return task.moved(
+            TaskState.PROCESSING,
+            now,
+            upstream_request_id=submission.request_id,
+            status_url=submission.status_url,
+            response_url=submission.response_url,
+            cancel_url=submission.cancel_url,
+            submitted_at=now,
+            submit_attempts=task.submit_attempts + 1,
+            next_attempt_at=None,
+            poll_after=now + wait,
+        )
+
+    def _retry_later(self, task: Task) -> Task | None:
+        if task.state != TaskState.PENDING:
+            return None
+        now = self._ledger.clock()
+        delay = backoff(self._config.retry_initial_seconds, self._config.retry_max_seconds, task.submit_attempts)
+        return task.moved(TaskState.PENDING, now, submit_attempts=task.submit_attempts + 1, next_attempt_at=now + delay)
+
+    # -- polling -----------------------------------------------------------------------------------
+
+    async def _poll(self, task_id: str) -> None:
+        lease = f"poll:{task_id}"
+        async with self._polls:
+            if not await self._store.acquire_lease(lease, self._owner, self._config.lease_seconds):
+                return  # another replica polls it
+            try:
+                task = await self._ledger.get(task_id)
+                due = task.poll_after is not None and task.poll_after <= self._ledger.clock()
+                if task.state == TaskState.PROCESSING and due and task.status_url and task.response_url:
+                    await self._poll_upstream(task, task.status_url, task.response_url)
+            finally:
+                await self._store.release_lease(lease, self._owner)
+
+    async def _poll_upstream(self, task: Task, status_url: str, response_url: str) -> None:
+        try:
+            status = await self._upstream.status(status_url)
+        except NotFoundError as exc:  # the upstream has forgotten the job
+            await self._polled_error(task, exc.message)
+            return
+        except GatewayError as exc:  # unavailable, timeout, a 5xx: poll again later
+            await self._polled_transient_error(task, exc)
+            return
+        metrics.IMAGE_POLLS.labels(result=status.state.lower()).inc()
+        if status.state != "COMPLETED":
+            await self._ledger.change(task.id, self._poll_later)
+            return
+        try:
+            payload = await self._upstream.result(response_url)
+        except (InvalidRequestError, NotFoundError, ImageUpstreamError) as exc:
+            await self._polled_error(task, exc.message)  # fal answers a failed job's result with its error
+            return
+        except GatewayError as exc:
+            await self._polled_transient_error(task, exc)
+            return
+        await self._ledger.change(task.id, lambda t: self._end_by_polling(t, payload=payload))
+
+    async def _polled_error(self, task: Task, message: str) -> None:
+        metrics.IMAGE_POLLS.labels(result="failed").inc()
+        await self._ledger.change(task.id, lambda t: self._end_by_polling(t, error=message))
+
+    async def _polled_transient_error(self, task: Task, exc: GatewayError) -> None:
+        metrics.IMAGE_POLLS.labels(result="error").inc()
+        log.warning("image task poll failed: %s", exc.message, extra={"task_id": task.id})
+        await self._ledger.change(task.id, self._poll_later)
+
+    def _poll_later(self, task: Task) -> Task | None:
+        if task.state != TaskState.PROCESSING:
+            return None
+        now = self._ledger.clock()
+        delay = backoff(self._config.poll_initial_seconds, self._config.poll_max_seconds, task.polls)
+        return task.moved(TaskState.PROCESSING, now, polls=task.polls + 1, poll_after=now + delay)
+
+    def _end_by_polling(
+        self, task: Task, *, payload: dict[str, Any] | None = None, error: str | None = None
+    ) -> Task | None:
+        if task.state.terminal:
+            return None  # the webhook came in the meantime
+        if error is not None:
+            return self._ledger.failed(task, "upstream_error", error, completed_by="polling", polls=task.polls + 1)
+        return self._ledger.ended(
+            task, TaskState.COMPLETED, result=payload, completed_by="polling", polls=task.polls + 1, poll_after=None
+        )
+
+    # -- timeouts, cancels, housekeeping -----------------------------------------------------------
+
+    async def _time_out(self, task_id: str) -> None:
+        def decide(task: Task) -> Task | None:
+            if task.state.terminal or self._ledger.clock() < task.deadline_at:
+                return None
+            seconds = task.deadline_at - task.created_at
+            return self._ledger.failed(task, "timeout", f"the task did not finish within {seconds:g} s")
+
+        task, changed = await self._ledger.change(task_id, decide)
+        if changed:
+            self.cancel_upstream(task)
+
+    async def _cancel_upstream(self, task_id: str, cancel_url: str) -> None:
+        try:
+            await self._upstream.cancel(cancel_url)
+        except GatewayError as exc:
+            log.warning("upstream cancel failed: %s", exc.message, extra={"task_id": task_id})
+
+    async def _exclusive(self, task_id: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` unless this replica is already busy with the task; errors are logged, not raised."""
+        if task_id in self._busy:
+            work.close()
+            return
+        self._busy.add(task_id)
+        try:
+            await work
+        except GatewayError as exc:
+            log.warning("image task step failed: %s", exc.message, extra={"task_id": task_id})
+        except Exception:
+            log.exception("image task step failed", extra={"task_id": task_id})
+        finally:
+            self._busy.discard(task_id)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

@@ -1,0 +1,221 @@
+"""Image generation as asynchronous tasks: accept, read, watch, cancel, and take the upstream's webhook.
+
+Accepting a request only writes the task to the store and queues it (`ImageTaskRunner` submits it),
+so the answer never waits for the upstream. Every state change goes through `TaskLedger.change`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, Protocol
+
+from gateway import metrics
+from gateway.errors import ConflictError, InvalidRequestError, NotFoundError
+from gateway.protocol.images import MAX_SIDE, MIN_SIDE, ImageGenerationRequest, TaskErrorObject, TaskObject
+from gateway.services.image_ledger import TaskLedger
+from gateway.services.image_runner import ImageTaskRunner
+from gateway.tasks.base import TaskStoreError
+from gateway.tasks.model import Task, TaskError, TaskState
+from gateway.upstreams.image_api import KEY_ENV, ImageNotConfiguredError, pika_arguments, result_urls
+
+WATCH_RECHECK_SECONDS = 2.0  # a watcher re-reads the task this often even without a notification
+
+
+class WebhookVerifier(Protocol):
+    async def verify(self, headers: Mapping[str, str], body: bytes) -> None: ...
+
+
+class ImageService:
+    def __init__(
+        self,
+        ledger: TaskLedger,
+        runner: ImageTaskRunner,
+        verifier: WebhookVerifier,
+        *,
+        configured: bool,
+        task_timeout_seconds: float,
+        max_prompt_chars: int,
+    ) -> None:
+        self._ledger = ledger
+        self._runner = runner
+        self._verifier = verifier
+        self._configured = configured
+        self._timeout = task_timeout_seconds
+        self._max_prompt_chars = max_prompt_chars
+
+    async def submit(
+        self, request: ImageGenerationRequest, *, idempotency_key: str | None = None, caller: str = ""
+    ) -> tuple[Task, bool]:
+        """Store a pending task and queue it; `(task, False)` when the idempotency key names an earlier one."""
+        started = time.perf_counter()
+        if not self._configured:
+            raise ImageNotConfiguredError(f"image generation is not configured: set {KEY_ENV}")
+        arguments = self._arguments(request)
+        request_hash = _digest(json.dumps(request.model_dump(exclude_none=True), sort_keys=True))
+        now = self._ledger.clock()
+        task = Task(
+            id=Task.new_id(),
+            state=TaskState.PENDING,
+            arguments=arguments,
+            created_at=now,
+            updated_at=now,
+            deadline_at=now + self._timeout,
+            # Scoped to the caller's credentials, so two clients cannot collide on (or probe) each other's keys.
+            idempotency_key=_digest(f"{caller}\0{idempotency_key}") if idempotency_key else None,
+            request_hash=request_hash,
+        )
+        stored, created = await self._ledger.store.create(task)
+        if not created and stored.request_hash != request_hash:
+            raise ConflictError(
+                "Idempotency-Key was already used for a different request; use a new key for a new request",
+                param="Idempotency-Key",
+            )
+        if created:
+            self._runner.enqueue(stored.id)
+            metrics.IMAGE_TASK_TRANSITIONS.labels(state=TaskState.PENDING.value).inc()
+        metrics.IMAGE_SUBMIT_LATENCY.observe(time.perf_counter() - started)
+        return stored, created
+
+    async def get(self, task_id: str) -> Task:
+        return await self._ledger.get(task_id)
+
+    async def cancel(self, task_id: str) -> Task:
+        """Cancel a pending or processing task (again: no change); a finished one answers 409."""
+
+        def decide(task: Task) -> Task | None:
+            if task.state == TaskState.CANCELLED:
+                return None
+            if task.state.terminal:
+                raise ConflictError(f"task {task_id} has already {task.state.value}; it can no longer be cancelled")
+            return self._ledger.ended(
+                task, TaskState.CANCELLED, error=TaskError("cancelled", "cancelled by the client")
+            )
+
+        task, changed = await self._ledger.change(task_id, decide)
+        if changed:
+            self._runner.cancel_upstream(task)
+        return task
+
+    async def watch(self, task_id: str) -> AsyncGenerator[Task, None]:
+        """The task now and at each visible change, ending with its final state. Raises 404 up front."""
+        await self._ledger.get(task_id)
+        return self._changes(task_id)
+
+    async def _changes(self, task_id: str) -> AsyncGenerator[Task, None]:
+        async with self._ledger.store.changes(task_id) as changes:  # subscribed before the first read
+            task = await self._ledger.get(task_id)
+            yield task
+            while not task.state.terminal:
+                await changes.wait(WATCH_RECHECK_SECONDS)
+                try:
+                    current = await self._ledger.get(task_id)
+                except NotFoundError:
+                    return  # expired
+                except TaskStoreError:
+                    continue  # the store is back soon or the deadline ends the task; keep watching
+                if _visible(current) != _visible(task):
+                    yield current
+                task = current
+
+    async def handle_callback(self, task_id: str, headers: Mapping[str, str], body: bytes) -> Task:
+        """Apply a verified webhook. Duplicates, late copies and calls about an older submission change nothing."""
+        try:
+            await self._verifier.verify(headers, body)
+        except Exception:
+            metrics.IMAGE_CALLBACKS.labels(result="rejected").inc()
+            raise
+        webhook = _webhook(body)
+        request_id = {name.lower(): value for name, value in headers.items()}.get("x-fal-webhook-request-id")
+        try:
+            task = await self._ledger.get(task_id)
+        except Exception:
+            metrics.IMAGE_CALLBACKS.labels(result="unknown_task").inc()
+            raise
+        if task.upstream_request_id is not None and request_id != task.upstream_request_id:
+            metrics.IMAGE_CALLBACKS.labels(result="stale").inc()  # from a submission this task no longer tracks
+            return task
+
+        def decide(current: Task) -> Task | None:
+            if current.state.terminal:
+                return None
+            if webhook["status"] == "OK":
+                payload = webhook.get("payload")
+                result = payload if isinstance(payload, dict) else {"payload": payload}
+                return self._ledger.ended(current, TaskState.COMPLETED, result=result, completed_by="callback")
+            message = str(webhook.get("error") or "the upstream reported an error")
+            return self._ledger.failed(current, "upstream_error", message, completed_by="callback")
+
+        task, changed = await self._ledger.change(task_id, decide)
+        metrics.IMAGE_CALLBACKS.labels(result="applied" if changed else "duplicate").inc()
+        return task
+
+    async def ready(self) -> bool:
+        try:
+            return await self._ledger.store.ping()
+        except TaskStoreError:
+            return False
+
+    def _arguments(self, request: ImageGenerationRequest) -> dict[str, Any]:
+        for field in ("prompt", "negative_prompt"):
+            text = getattr(request, field)
+            if text is not None and len(text) > self._max_prompt_chars:
+                raise InvalidRequestError(
+                    f"{field} has {len(text)} characters; at most {self._max_prompt_chars} are accepted", param=field
+                )
+        if not request.prompt.strip():
+            raise InvalidRequestError("prompt is empty", param="prompt")
+        width, height = request.width, request.height
+        if request.size is not None:
+            if width is not None or height is not None:
+                raise InvalidRequestError("give either size or width and height, not both", param="size")
+            width, height = (int(side) for side in request.size.split("x"))
+            for side in (width, height):
+                if not MIN_SIDE <= side <= MAX_SIDE:
+                    message = f"size {request.size}: each side must be {MIN_SIDE} to {MAX_SIDE} pixels"
+                    raise InvalidRequestError(message, param="size")
+        if (width is None) != (height is None):
+            raise InvalidRequestError("width and height go together", param="width" if width is None else "height")
+        return pika_arguments(
+            request.prompt,
+            negative_prompt=request.negative_prompt,
+            width=width,
+            height=height,
+            options=request.model_extra or {},
+        )
+
+
+def public_task(task: Task) -> TaskObject:
+    """The client's view of a task (no upstream URLs, no bookkeeping)."""
+    error = TaskErrorObject(code=task.error.code, message=task.error.message) if task.error else None
+    return TaskObject(
+        id=task.id,
+        status=task.state.value,
+        created_at=int(task.created_at),
+        updated_at=int(task.updated_at),
+        completed_at=int(task.ended_at) if task.ended_at is not None else None,
+        expires_at=int(task.expires_at) if task.expires_at is not None else None,
+        urls=result_urls(task.result) if task.result else [],
+        result=task.result,
+        error=error,
+    )
+
+
+def _visible(task: Task) -> dict[str, Any]:
+    return public_task(task).model_dump(exclude={"updated_at"})  # poll bookkeeping is not a change to show
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _webhook(body: bytes) -> dict[str, Any]:
+    try:
+        webhook = json.loads(body)
+    except ValueError:
+        raise InvalidRequestError("webhook body is not JSON") from None
+    if not isinstance(webhook, dict) or webhook.get("status") not in ("OK", "ERROR"):
+        raise InvalidRequestError('webhook body needs "status": "OK" or "ERROR"')
+    return webhook

@@ -1,0 +1,112 @@
+"""The task store interface, and the in-process change notifier both stores use.
+
+Two implementations: `SqliteTaskStore` (embedded default, one process, durable on disk) and
+`RedisTaskStore` (shared by every replica; changes are announced over pub/sub, so a watcher on one
+replica sees a change made on another).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol
+
+from gateway.errors import UpstreamUnavailableError
+from gateway.tasks.model import Task
+
+
+class TaskStoreError(UpstreamUnavailableError):
+    """The store could not be reached or answered nonsense; the task operation fails with 503."""
+
+    code = "task_store_unavailable"
+
+
+class TaskChanges(Protocol):
+    async def wait(self, timeout: float) -> bool:
+        """Return True as soon as the task may have changed since the last call, False after `timeout` s."""
+        ...
+
+
+class TaskStore(Protocol):
+    async def create(self, task: Task) -> tuple[Task, bool]:
+        """Store a new task (version 0) and return `(task, True)`. If `task.idempotency_key` is already
+        held by a stored task, store nothing and return `(that task, False)` (atomic across replicas)."""
+        ...
+
+    async def get(self, task_id: str) -> Task | None:
+        """The task, or None when it never existed or has expired."""
+        ...
+
+    async def save(self, task: Task) -> bool:
+        """Compare-and-set: write `task` only if the stored version is `task.version - 1`, then announce
+        the change to watchers. False when another writer got there first (re-read and decide again) or
+        the task is gone. A terminal task gets its `expires_at` as expiry."""
+        ...
+
+    async def unfinished(self) -> list[Task]:
+        """Every pending or processing task (what a restarted replica must pick up)."""
+        ...
+
+    async def acquire_lease(self, name: str, owner: str, ttl_seconds: float) -> bool:
+        """Take the lease `name` for `owner` for `ttl_seconds`, or extend it if `owner` holds it already.
+        False while another owner holds an unexpired one."""
+        ...
+
+    async def release_lease(self, name: str, owner: str) -> None:
+        """Give the lease up if `owner` holds it (an expired or foreign one is left alone)."""
+        ...
+
+    def changes(self, task_id: str) -> AbstractAsyncContextManager[TaskChanges]:
+        """Subscribe to changes of one task, for as long as the context is open."""
+        ...
+
+    async def purge_expired(self, now: float) -> int:
+        """Delete tasks whose `expires_at` has passed (with their idempotency keys); return how many."""
+        ...
+
+    async def ping(self) -> bool:
+        """True when the store answers (readiness)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class _Subscription:
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+        except TimeoutError:
+            return False
+        self._event.clear()
+        return True
+
+
+class ChangeNotifier:
+    """Wakes the watchers of a task in this process. Cheap when nobody watches."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[str, set[_Subscription]] = {}
+
+    def notify(self, task_id: str) -> None:
+        for subscription in self._watchers.get(task_id, ()):
+            subscription.notify()
+
+    @asynccontextmanager
+    async def subscribe(self, task_id: str) -> AsyncIterator[TaskChanges]:
+        subscription = _Subscription()
+        self._watchers.setdefault(task_id, set()).add(subscription)
+        try:
+            yield subscription
+        finally:
+            watchers = self._watchers.get(task_id)
+            if watchers is not None:
+                watchers.discard(subscription)
+                if not watchers:
+                    del self._watchers[task_id]

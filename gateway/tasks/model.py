@@ -1,0 +1,105 @@
+"""An image generation task: its states, the only moves between them, and its record.
+
+    pending ──> processing ──> completed
+       │            │
+       └────────────┴──────> failed | cancelled
+
+States only move forward; a terminal task never changes again. Every saved change bumps
+`version`, and stores save with compare-and-set on it, so two replicas (or a webhook and a
+poller) racing on one task cannot both win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class TaskState(str, Enum):
+    PENDING = "pending"  # stored and queued; not yet accepted by the upstream
+    PROCESSING = "processing"  # the upstream has the job (its request id is on the task)
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
+_NEXT: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.PENDING: frozenset({TaskState.PROCESSING, *TERMINAL_STATES}),
+    TaskState.PROCESSING: TERMINAL_STATES,
+}
+
+
+def can_move(current: TaskState, new: TaskState) -> bool:
+    """True for the forward moves only (staying in a non-terminal state is an update, not a move)."""
+    return (new == current and not current.terminal) or new in _NEXT.get(current, frozenset())
+
+
+class IllegalTransitionError(ValueError):
+    """A change that would move a task backwards or out of a terminal state."""
+
+
+@dataclass(frozen=True)
+class TaskError:
+    code: str  # bounded: timeout | upstream_error | upstream_rejected | cancelled
+    message: str
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task record. Times are Unix seconds (float) so replicas on different hosts agree."""
+
+    id: str
+    state: TaskState
+    arguments: dict[str, Any]  # what is sent to the upstream
+    created_at: float
+    updated_at: float
+    deadline_at: float  # past it, an unfinished task fails with reason "timeout"
+    version: int = 0
+    idempotency_key: str | None = None  # already scoped to the caller (a hash), never the raw header
+    request_hash: str | None = None  # of the client's request, to refuse a reused key with another body
+    upstream_request_id: str | None = None
+    status_url: str | None = None
+    response_url: str | None = None
+    cancel_url: str | None = None
+    submit_attempts: int = 0
+    next_attempt_at: float | None = None  # a pending task whose submission failed is retried from then
+    submitted_at: float | None = None  # when the upstream accepted the job
+    poll_after: float | None = None  # the next status poll is due then (no callback has come)
+    polls: int = 0
+    ended_at: float | None = None
+    expires_at: float | None = None  # set when the task ends: `ended_at` + retention
+    result: dict[str, Any] | None = None  # the upstream's payload, as it gave it
+    error: TaskError | None = None
+    completed_by: str | None = None  # callback | polling (which path delivered the outcome)
+
+    @staticmethod
+    def new_id() -> str:
+        return f"task_{uuid.uuid4().hex}"
+
+    def moved(self, state: TaskState, now: float, **changes: Any) -> Task:
+        """A copy in `state` with `changes`, next version; raises on a backward move."""
+        if not can_move(self.state, state):
+            raise IllegalTransitionError(f"task {self.id} cannot move from {self.state.value} to {state.value}")
+        return dataclasses.replace(self, state=state, updated_at=now, version=self.version + 1, **changes)
+
+    def to_json(self) -> str:
+        record = dataclasses.asdict(self)
+        record["state"] = self.state.value
+        return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Task:
+        record = json.loads(text)
+        record["state"] = TaskState(record["state"])
+        if record.get("error") is not None:
+            record["error"] = TaskError(**record["error"])
+        return cls(**record)

@@ -1,0 +1,192 @@
+"""`TaskStore` on an SQLite file: the embedded default, for one gateway process.
+
+Layout: table `tasks` (id, state, version, idempotency_key UNIQUE, expires_at, record = `Task.to_json()`) and
+table `leases` (name, owner, expires_at on the store's clock).
+
+The connection runs in autocommit mode: every statement is its own transaction, committed to the WAL before
+the call returns, so a process killed right after a write loses nothing and the next process on the same
+file sees it. Each check-and-write is a single statement (`INSERT … ON CONFLICT`, `UPDATE … WHERE version =
+?`), so calls sharing the connection never interleave inside a transaction. WAL with synchronous=NORMAL: a
+crashed process loses nothing, a power loss may lose the last commits.
+
+Watchers are woken in process only (`ChangeNotifier`); another process on the same file sees the data, and
+its watchers notice a change on their own timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
+from pathlib import Path
+
+import aiosqlite
+
+from gateway.tasks.base import ChangeNotifier, TaskChanges, TaskStoreError
+from gateway.tasks.model import Task, TaskState
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    idempotency_key TEXT UNIQUE,
+    expires_at REAL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state);
+CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
+"""
+_OPEN_STATES = tuple(state.value for state in TaskState if not state.terminal)
+_IS_OPEN = f"state IN ({', '.join('?' * len(_OPEN_STATES))})"
+
+_INSERT = (
+    "INSERT INTO tasks (id, state, version, idempotency_key, expires_at, record) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+# The task holding the key, else one stored under the same id (a create retried after a lost answer).
+_HOLDER = "SELECT record FROM tasks WHERE idempotency_key = ? OR id = ? ORDER BY idempotency_key IS ? DESC LIMIT 1"
+_UPDATE = (
+    f"UPDATE tasks SET state = ?, version = ?, expires_at = ?, record = ? WHERE id = ? AND version = ? AND {_IS_OPEN}"
+)
+_ACQUIRE = (
+    "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
+    "SET owner = excluded.owner, expires_at = excluded.expires_at "
+    "WHERE leases.owner = excluded.owner OR leases.expires_at <= ?"
+)
+
+
+class SqliteTaskStore:
+    """Tasks in one SQLite file; the file (and its directory) is created on first use."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        busy_timeout_seconds: float = 5.0,
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._busy_timeout_ms = round(busy_timeout_seconds * 1000)
+        self._db: aiosqlite.Connection | None = None
+        self._opening = asyncio.Lock()
+        self._notifier = ChangeNotifier()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r})"
+
+    async def open(self) -> None:
+        """Open the file now (a bad path fails at startup rather than on the first request)."""
+        await self._connection()
+
+    async def aclose(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            with self._translated("close"):
+                await db.close()
+
+    async def create(self, task: Task) -> tuple[Task, bool]:
+        key = task.idempotency_key
+        for _ in range(3):  # the key's holder may expire and be deleted between our two statements
+            if key is not None:  # an expired holder no longer holds the key
+                await self._write(
+                    "create", "DELETE FROM tasks WHERE idempotency_key = ? AND expires_at < ?", (key, self._clock())
+                )
+            row = (task.id, task.state.value, task.version, key, task.expires_at, task.to_json())
+            if await self._write("create", _INSERT, row):
+                return task, True
+            records = await self._read("create", _HOLDER, (key, task.id, key))
+            if records:
+                return _decode(records[0]), False
+        raise TaskStoreError(f"sqlite create of task {task.id}: its idempotency key is held by a vanishing task")
+
+    async def get(self, task_id: str) -> Task | None:
+        sql = "SELECT record FROM tasks WHERE id = ? AND (expires_at IS NULL OR expires_at >= ?)"
+        records = await self._read("get", sql, (task_id, self._clock()))
+        return _decode(records[0]) if records else None
+
+    async def save(self, task: Task) -> bool:
+        values = (task.state.value, task.version, task.expires_at, task.to_json(), task.id, task.version - 1)
+        if not await self._write("save", _UPDATE, (*values, *_OPEN_STATES)):
+            return False
+        self._notifier.notify(task.id)
+        return True
+
+    async def unfinished(self) -> list[Task]:
+        records = await self._read(
+            "unfinished", f"SELECT record FROM tasks WHERE {_IS_OPEN} ORDER BY rowid", _OPEN_STATES
+        )
+        return [_decode(record) for record in records]
+
+    async def acquire_lease(self, name: str, owner: str, ttl_seconds: float) -> bool:
+        now = self._clock()
+        return await self._write("acquire_lease", _ACQUIRE, (name, owner, now + ttl_seconds, now)) == 1
+
+    async def release_lease(self, name: str, owner: str) -> None:
+        await self._write("release_lease", "DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
+
+    def changes(self, task_id: str) -> AbstractAsyncContextManager[TaskChanges]:
+        return self._notifier.subscribe(task_id)
+
+    async def purge_expired(self, now: float) -> int:
+        return await self._write("purge_expired", "DELETE FROM tasks WHERE expires_at < ?", (now,))
+
+    async def ping(self) -> bool:
+        try:
+            return await self._read("ping", "SELECT 1", ()) == ["1"]
+        except TaskStoreError:
+            return False
+
+    async def _write(self, operation: str, sql: str, parameters: Sequence[object]) -> int:
+        """Run one statement (its own committed transaction); the number of rows it changed."""
+        db = await self._connection()
+        with self._translated(operation):
+            async with db.execute(sql, parameters) as cursor:
+                return cursor.rowcount
+
+    async def _read(self, operation: str, sql: str, parameters: Sequence[object]) -> list[str]:
+        """The first column of every row, as text."""
+        db = await self._connection()
+        with self._translated(operation):
+            rows = await db.execute_fetchall(sql, parameters)
+        return [str(row[0]) for row in rows]
+
+    async def _connection(self) -> aiosqlite.Connection:
+        if self._db is not None:
+            return self._db
+        async with self._opening:
+            if self._db is None:
+                with self._translated("open"):
+                    self._db = await self._connect()
+        return self._db
+
+    async def _connect(self) -> aiosqlite.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = await aiosqlite.connect(self.path, isolation_level=None)  # autocommit: see the module docstring
+        try:
+            await db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            await db.execute("PRAGMA journal_mode = WAL")
+            await db.execute("PRAGMA synchronous = NORMAL")
+            await db.executescript(_SCHEMA)
+        except BaseException:
+            await db.close()
+            raise
+        return db
+
+    @contextmanager
+    def _translated(self, operation: str) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.Error, ValueError, OSError) as exc:  # ValueError: aiosqlite's "connection closed"
+            raise TaskStoreError(f"sqlite {operation} failed on {self.path}: {type(exc).__name__}: {exc}") from exc
+
+
+def _decode(record: str) -> Task:
+    try:
+        return Task.from_json(record)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise TaskStoreError(f"sqlite task record is malformed: {type(exc).__name__}: {exc}") from exc

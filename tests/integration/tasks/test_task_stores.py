@@ -1,0 +1,435 @@
+"""One contract suite for both task stores (an SQLite file, a real redis-server), then what only one promises:
+Redis replicas see each other's changes and outlive a Redis restart; SQLite data outlives a killed process.
+
+Every scenario runs in its own event loop (`asyncio.run`) and closes its stores. Stores run on a manual clock,
+so expiry is tested without sleeping; Redis lease expiry is on Redis' clock, so those tests use short TTLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager, closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import redis
+
+from gateway.tasks.base import TaskStore, TaskStoreError
+from gateway.tasks.model import Task, TaskError, TaskState
+from gateway.tasks.redis_store import RedisTaskStore
+from gateway.tasks.sqlite_store import SqliteTaskStore
+from gateway.tasks.stores import build_task_store
+from tests.conftest import free_port
+from tests.redis_fixtures import RedisServer
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parents[3]
+PREFIX = "gateway:tasks:"
+
+
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Backend:
+    kind: str
+    clock: ManualClock
+    make: Callable[[], TaskStore]  # a new store instance (a replica, or a restarted process) on the same data
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    clock = ManualClock()
+    if request.param == "sqlite":
+        path = tmp_path / "not" / "yet" / "tasks.sqlite3"  # parent directories are created
+        return Backend("sqlite", clock, lambda: SqliteTaskStore(path, clock=clock))
+    url: str = request.getfixturevalue("redis_url")
+    return Backend("redis", clock, lambda: RedisTaskStore(url, clock=clock))
+
+
+def run(scenario: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(asyncio.wait_for(scenario, 30))
+
+
+@asynccontextmanager
+async def opened(make: Callable[[], TaskStore]) -> AsyncIterator[TaskStore]:
+    store = make()
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+def new_task(clock: ManualClock, key: str | None = None) -> Task:
+    now = clock()
+    return Task(
+        id=Task.new_id(),
+        state=TaskState.PENDING,
+        arguments={"prompt": "一只戴帽子的猫", "size": "1024x1024"},
+        created_at=now,
+        updated_at=now,
+        deadline_at=now + 600,
+        idempotency_key=key,
+    )
+
+
+def ended(task: Task, clock: ManualClock, state: TaskState = TaskState.COMPLETED, retention: float = 3600) -> Task:
+    return task.moved(state, clock(), ended_at=clock(), expires_at=clock() + retention)
+
+
+def every_field_set(now: float) -> Task:
+    """A task with no field left at its default, whatever fields the model has grown (filled by annotation)."""
+    samples: dict[str, Any] = {
+        "str": "task_every_field",
+        "str | None": "https://upstream.example/值/42",
+        "float": now + 0.125,
+        "float | None": now + 30.5,
+        "int": 3,
+        "dict[str, Any]": {"prompt": "山水画", "seed": 7, "nested": {"list": [1.5, None, True]}},
+        "dict[str, Any] | None": {"images": [{"url": "https://cdn.example/1.png"}]},
+        "TaskState": TaskState.PROCESSING,
+        "TaskError | None": TaskError(code="upstream_error", message="引擎错误"),
+    }
+    values = {field.name: samples[str(field.type)] for field in dataclasses.fields(Task)}
+    return Task(**values)
+
+
+def test_every_field_survives_a_roundtrip(backend: Backend) -> None:
+    task = every_field_set(backend.clock())
+
+    async def scenario() -> None:
+        async with opened(backend.make) as store:
+            assert await store.create(task) == (task, True)
+            assert await store.get(task.id) == task
+            assert await store.get("task_missing") is None
+        async with opened(backend.make) as another:  # a second instance (replica, restarted process) sees it
+            assert await another.get(task.id) == task
+            assert await another.ping()
+
+    run(scenario())
+
+
+def test_idempotency_key_returns_the_first_task_and_stores_nothing_new(backend: Backend) -> None:
+    first, second = new_task(backend.clock, "key-a"), new_task(backend.clock, "key-a")
+
+    async def scenario() -> None:
+        async with opened(backend.make) as store:
+            assert await store.create(first) == (first, True)
+            assert await store.create(second) == (first, False)
+            assert await store.create(first) == (first, False)  # a retried create of the same task
+            assert await store.get(second.id) is None
+            assert [task.id for task in await store.unfinished()] == [first.id]
+
+    run(scenario())
+
+
+def test_concurrent_creates_with_one_key_create_exactly_one(backend: Backend) -> None:
+    tasks = [new_task(backend.clock, "key-race") for _ in range(20)]
+
+    async def scenario() -> None:
+        async with opened(backend.make) as one, opened(backend.make) as two:  # two replicas racing
+            results = await asyncio.gather(
+                *(store.create(task) for store, task in zip([one, two] * 10, tasks, strict=True))
+            )
+            winners = [task for task, created in results if created]
+            assert len(winners) == 1
+            assert {task.id for task, _ in results} == {winners[0].id}
+            assert [task.id for task in await one.unfinished()] == [winners[0].id]
+
+    run(scenario())
+
+
+def test_save_is_compare_and_set_and_never_overwrites_an_ended_task(backend: Backend) -> None:
+    task = new_task(backend.clock)
+
+    async def scenario() -> None:
+        async with opened(backend.make) as store:
+            await store.create(task)
+            processing = task.moved(TaskState.PROCESSING, backend.clock(), upstream_request_id="req-1")
+            assert await store.save(processing)
+            assert not await store.save(processing)  # stale: version 1 is stored already
+            assert not await store.save(task.moved(TaskState.FAILED, backend.clock()))  # based on version 0
+            completed = ended(processing, backend.clock)
+            assert await store.save(completed)
+            bypass = dataclasses.replace(completed, state=TaskState.FAILED, version=completed.version + 1)
+            assert not await store.save(bypass)  # right version, but the stored task has ended
+            assert await store.get(task.id) == completed
+            assert not await store.save(new_task(backend.clock).moved(TaskState.PROCESSING, backend.clock()))
+
+    run(scenario())
+
+
+def test_unfinished_lists_pending_and_processing_only(backend: Backend) -> None:
+    tasks = {state: new_task(backend.clock) for state in TaskState}
+
+    async def scenario() -> None:
+        async with opened(backend.make) as store:
+            for state, task in tasks.items():
+                await store.create(task)
+                if state is TaskState.PROCESSING:
+                    assert await store.save(task.moved(state, backend.clock()))
+                elif state.terminal:
+                    assert await store.save(ended(task, backend.clock, state))
+            found = {task.id: task.state for task in await store.unfinished()}
+            assert found == {tasks[state].id: state for state in (TaskState.PENDING, TaskState.PROCESSING)}
+
+    run(scenario())
+
+
+def test_leases_are_exclusive_renewable_expire_and_are_released_by_their_owner_only(backend: Backend) -> None:
+    async def scenario() -> None:
+        async with opened(backend.make) as one, opened(backend.make) as two:
+            assert await one.acquire_lease("scan", "replica-1", 30)
+            assert not await two.acquire_lease("scan", "replica-2", 30)
+            assert await one.acquire_lease("scan", "replica-1", 0.1)  # renewed by its owner (here: shortened)
+            await two.release_lease("scan", "replica-2")  # not the owner: no effect
+            assert not await two.acquire_lease("scan", "replica-2", 30)
+            backend.clock.now += 1  # SQLite expires on the store's clock, Redis on its own
+            await asyncio.sleep(0.15)
+            assert await two.acquire_lease("scan", "replica-2", 30)  # taken over after expiry
+            assert not await one.acquire_lease("scan", "replica-1", 30)
+            await one.release_lease("scan", "replica-1")  # expired and taken over: left alone
+            assert not await one.acquire_lease("scan", "replica-1", 30)
+            await two.release_lease("scan", "replica-2")
+            assert await one.acquire_lease("scan", "replica-1", 30)
+            assert await two.acquire_lease("other", "replica-2", 30)  # leases are independent
+
+    run(scenario())
+
+
+def test_a_watcher_is_woken_by_a_save_and_times_out_without_one(backend: Backend) -> None:
+    task, other = new_task(backend.clock), new_task(backend.clock)
+
+    async def scenario() -> None:
+        async with opened(backend.make) as store:
+            await store.create(task)
+            await store.create(other)
+            async with store.changes(task.id) as changes:
+                assert not await changes.wait(0.05)
+                assert await store.save(other.moved(TaskState.PROCESSING, backend.clock()))  # another task
+                assert not await changes.wait(0.05)
+                assert await store.save(task.moved(TaskState.PROCESSING, backend.clock()))
+                assert await changes.wait(1.0)
+                assert not await changes.wait(0.05)  # one save, one wake-up
+
+    run(scenario())
+
+
+def test_purge_expired_removes_ended_tasks_and_frees_their_idempotency_key(backend: Backend) -> None:
+    task, running = new_task(backend.clock, "key-old"), new_task(backend.clock, "key-running")
+
+    async def scenario() -> None:
+        async with opened(backend.make) as store:
+            await store.create(task)
+            await store.create(running)
+            assert await store.save(ended(task, backend.clock, retention=60))
+            assert await store.purge_expired(backend.clock()) == 0
+            assert await store.get(task.id) is not None
+            backend.clock.now += 61
+            assert await store.get(task.id) is None  # past expires_at: gone, purged or not
+            assert await store.purge_expired(backend.clock()) == (1 if backend.kind == "sqlite" else 0)  # Redis: TTL
+            again = new_task(backend.clock, "key-old")
+            assert await store.create(again) == (again, True)
+            assert await store.get(running.id) == running
+            assert {t.id for t in await store.unfinished()} == {running.id, again.id}
+
+    run(scenario())
+
+
+def test_build_task_store_picks_redis_when_a_url_is_given(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        sqlite_store = build_task_store(None, str(tmp_path / "tasks.sqlite3"))
+        redis_store = build_task_store("redis://127.0.0.1:1/0", str(tmp_path / "unused.sqlite3"))
+        assert isinstance(sqlite_store, SqliteTaskStore)
+        assert isinstance(redis_store, RedisTaskStore)
+        await sqlite_store.aclose()
+        await redis_store.aclose()
+
+    run(scenario())
+
+
+# -- Redis only ---------------------------------------------------------------------------------------------
+
+
+def test_redis_watcher_is_woken_by_a_save_through_another_replica(redis_url: str) -> None:
+    task = new_task(ManualClock())
+
+    async def scenario() -> None:
+        async with opened(lambda: RedisTaskStore(redis_url)) as one, opened(lambda: RedisTaskStore(redis_url)) as two:
+            await two.create(task)
+            async with one.changes(task.id) as changes, one.changes(task.id) as same_task:
+                assert not await changes.wait(0.05)
+                assert await two.save(task.moved(TaskState.PROCESSING, time.time()))
+                assert await changes.wait(2.0)
+                assert await same_task.wait(2.0)
+            assert redis.Redis.from_url(redis_url).pubsub_numsub(PREFIX + "changed") == [
+                (PREFIX.encode() + b"changed", 1)
+            ]
+
+    run(scenario())
+
+
+def test_redis_store_fails_while_redis_is_down_and_recovers_with_its_watchers(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    task = new_task(ManualClock())
+
+    async def subscribers() -> int:
+        async with redis.asyncio.Redis.from_url(redis_url) as client:
+            return int((await client.pubsub_numsub(PREFIX + "changed"))[0][1])
+
+    async def scenario() -> None:
+        async with opened(lambda: RedisTaskStore(redis_url)) as one, opened(lambda: RedisTaskStore(redis_url)) as two:
+            await two.create(task)
+            async with one.changes(task.id) as changes:
+                redis_server.stop()
+                with pytest.raises(TaskStoreError, match="redis get failed"):
+                    await two.get(task.id)
+                with pytest.raises(TaskStoreError, match="redis save failed"):
+                    await one.save(task.moved(TaskState.PROCESSING, time.time()))
+                assert not await one.ping()
+                redis_server.start()  # without persistence: the data is gone, the store must work again
+                assert await two.create(task) == (task, True)
+                deadline = time.monotonic() + 5
+                while await subscribers() == 0:
+                    assert time.monotonic() < deadline, "the change feed did not resubscribe"
+                    await asyncio.sleep(0.05)
+                assert await changes.wait(1.0)  # woken after the outage: changes may have been missed
+                processing = task.moved(TaskState.PROCESSING, time.time())
+                assert await two.save(processing)
+                assert await changes.wait(2.0)
+                assert await one.get(task.id) == processing
+
+    run(scenario())
+
+
+def test_redis_terminal_save_sets_the_retention_ttl_and_leaves_the_unfinished_set(redis_url: str) -> None:
+    clock = ManualClock()
+    task = new_task(clock, "key-ttl")
+    client = redis.Redis.from_url(redis_url)
+    task_key, idem_key = f"{PREFIX}task:{task.id}", f"{PREFIX}idem:key-ttl"
+
+    async def scenario() -> None:
+        async with opened(lambda: RedisTaskStore(redis_url, clock=clock)) as store:
+            await store.create(task)
+            assert client.ttl(task_key) > 6 * 24 * 3600  # the safety TTL of an unfinished task
+            assert client.sismember(f"{PREFIX}unfinished", task.id)
+            assert await store.save(ended(task, clock, retention=3600))
+            assert 3590 <= client.ttl(task_key) <= 3600
+            assert 3590 <= client.ttl(idem_key) <= 3600
+            assert not client.sismember(f"{PREFIX}unfinished", task.id)
+
+    run(scenario())
+    client.close()
+
+
+def test_redis_forgets_ids_whose_record_has_gone(redis_url: str) -> None:
+    clock = ManualClock()
+    kept, lost = new_task(clock), new_task(clock)
+    client = redis.Redis.from_url(redis_url)
+
+    async def scenario() -> None:
+        async with opened(lambda: RedisTaskStore(redis_url, clock=clock)) as store:
+            await store.create(kept)
+            await store.create(lost)
+            client.delete(f"{PREFIX}task:{lost.id}")  # as a TTL or an eviction would
+            assert [task.id for task in await store.unfinished()] == [kept.id]
+            assert client.smembers(f"{PREFIX}unfinished") == {kept.id.encode()}
+            client.delete(f"{PREFIX}task:{kept.id}")
+            assert await store.purge_expired(clock()) == 0
+            assert client.smembers(f"{PREFIX}unfinished") == set()
+
+    run(scenario())
+    client.close()
+
+
+def test_redis_unreachable_raises_without_leaking_the_url() -> None:
+    async def scenario() -> None:
+        async with opened(
+            lambda: RedisTaskStore(f"redis://:s3cret@127.0.0.1:{free_port()}/0", timeout_seconds=0.2)
+        ) as store:
+            with pytest.raises(TaskStoreError) as raised:
+                await store.create(new_task(ManualClock()))
+            assert "s3cret" not in str(raised.value)
+            assert not await store.ping()
+            async with store.changes("task_x") as changes:  # no feed: watchers still time out and re-read
+                assert not await changes.wait(0.05)
+
+    run(scenario())
+
+
+# -- SQLite only --------------------------------------------------------------------------------------------
+
+WRITER = """
+import asyncio, sys, time
+from gateway.tasks.model import Task, TaskState
+from gateway.tasks.sqlite_store import SqliteTaskStore
+
+async def main() -> None:
+    store = SqliteTaskStore(sys.argv[1])
+    now = time.time()
+    task = Task(id="task_killed", state=TaskState.PENDING, arguments={}, created_at=now, updated_at=now,
+                deadline_at=now + 60, idempotency_key="key-killed")
+    await store.create(task)
+    assert await store.save(task.moved(TaskState.PROCESSING, now, upstream_request_id="req-9"))
+    assert await store.acquire_lease("scan", "killed-replica", 600)
+    print("written", flush=True)
+    await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+def test_sqlite_writes_survive_a_killed_process(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.sqlite3"
+    command = [sys.executable, "-c", WRITER, str(path)]
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as writer:
+        try:
+            assert writer.stdout is not None and writer.stdout.readline() == "written\n"
+        finally:
+            os.kill(writer.pid, signal.SIGKILL)  # no shutdown, no close: only what was committed remains
+    assert writer.returncode == -signal.SIGKILL
+
+    async def scenario() -> None:
+        async with opened(lambda: SqliteTaskStore(path)) as store:
+            [task] = await store.unfinished()
+            assert (task.id, task.state, task.version, task.upstream_request_id) == (
+                "task_killed",
+                TaskState.PROCESSING,
+                1,
+                "req-9",
+            )
+            assert not await store.acquire_lease("scan", "next-replica", 30)  # the dead one's lease holds
+            assert await store.create(new_task(ManualClock(), "key-killed")) == (task, False)
+
+    run(scenario())
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_sqlite_unusable_path_raises_task_store_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+
+    async def scenario() -> None:
+        async with opened(lambda: SqliteTaskStore(blocker / "tasks.sqlite3")) as store:
+            with pytest.raises(TaskStoreError, match="sqlite open failed"):
+                await store.get("task_x")
+            assert not await store.ping()
+
+    run(scenario())
