@@ -14,8 +14,9 @@ export HF_HUB_OFFLINE ?= 1
 
 GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
+BENCH_PARTS := embeddings chat images caches
 
-.PHONY: help system-deps setup proto openapi export triton gateway up down demo eval-cache helm-tools helm-lint helm-template test test-fast lint typecheck check clean
+.PHONY: help system-deps setup proto openapi export triton gateway up down demo eval-cache bench $(addprefix bench-,$(BENCH_PARTS)) helm-tools helm-lint helm-template test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -89,6 +90,14 @@ EVAL_OUT ?= bench/results/cache-eval
 
 eval-cache: $(EXPORTED) ## semantic cache: hit and false-hit rates per threshold on DATA (labelled paraphrase pairs)
 	$(PY) -m bench.eval_cache --data $(DATA) --out $(EVAL_OUT)
+
+RUNS ?= 3
+BENCH_ARGS ?=
+bench: $(EXPORTED) $(PROTO_OUT) ## benchmarks (medians of RUNS=3) -> bench/results/<time>/; one part: make bench-chat
+	$(PY) -m bench --runs $(RUNS) $(BENCH_ARGS)
+
+$(addprefix bench-,$(BENCH_PARTS)): bench-%: $(EXPORTED) $(PROTO_OUT)
+	$(PY) -m bench $* --runs $(RUNS) $(BENCH_ARGS)
 
 SIMULATOR_PORT ?= 9100
 PIKA_SIMULATOR_PORT ?= 9200

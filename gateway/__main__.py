@@ -50,6 +50,8 @@ def main() -> None:
         port=settings.server.http_port,
         log_config=None,
         access_log=False,
+        loop="uvloop",  # grpc.aio and tritonclient's aio channel run on it too
+        http="httptools",
         timeout_graceful_shutdown=int(settings.server.shutdown_grace_seconds),
     )
     GatewayServer(config, app, settings.server.shutdown_grace_seconds).run()

@@ -31,6 +31,7 @@ from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
 from gateway.routes import callbacks, chat, embeddings, health, images
 from gateway.services.chat import ChatService
+from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
 from gateway.services.image_ledger import TaskLedger
 from gateway.services.image_runner import ImageTaskRunner, RunnerConfig
@@ -177,7 +178,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             if triton is None:
                 client = TritonClient(settings.triton)
                 stack.push_async_callback(client.aclose)
-                triton = client
+                triton = CoalescingEmbedder(client, max_in_flight=settings.triton.max_in_flight_calls)
             cache = None
             if settings.cache.redis_url is not None or settings.cache.embedding_cache_mb > 0:
                 cache = EmbeddingCache(

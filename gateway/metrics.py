@@ -43,6 +43,11 @@ TRITON_ERRORS = Counter("gateway_triton_errors_total", "Failed Triton calls by r
 EMBEDDING_BATCH_SIZE = Histogram(
     "gateway_embedding_batch_size", "Texts per Triton call (after cache hits are removed).", buckets=BATCH_BUCKETS
 )
+EMBEDDING_COALESCED_REQUESTS = Histogram(
+    "gateway_embedding_coalesced_requests",
+    "Requests merged into one Triton call because every call slot was busy.",
+    buckets=BATCH_BUCKETS,
+)
 EMBEDDING_TEXTS_TRUNCATED = Counter("gateway_embedding_texts_truncated_total", "Texts cut at the model's max tokens.")
 
 LLM_CALLS = Counter("gateway_llm_upstream_calls_total", "Chat calls that reached the upstream, by model.", ["model"])

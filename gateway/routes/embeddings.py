@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
+import orjson
 from fastapi import APIRouter, FastAPI, Request, Response
 
-from gateway.protocol.openai import Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage, ErrorResponse
+from gateway.protocol.openai import EmbeddingRequest, EmbeddingResponse, ErrorResponse
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService
 
 router = APIRouter()
@@ -25,26 +27,27 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     use_cache = "no-cache" not in request.headers.get("cache-control", "")
     result = await embeddings(request).embed(texts, model=body.model, truncate=body.truncate, use_cache=use_cache)
     headers = {"X-Cache": result.cache, "X-Truncated-Texts": str(result.truncated_texts)}
-    payload = to_response(result, body.encoding_format)
-    return Response(payload.model_dump_json(), media_type="application/json", headers=headers)
+    return Response(response_body(result, body.encoding_format), media_type="application/json", headers=headers)
 
 
-def to_response(result: EmbeddingResult, encoding_format: str) -> EmbeddingResponse:
+def response_body(result: EmbeddingResult, encoding_format: str) -> bytes:
+    """The `EmbeddingResponse` as JSON bytes. orjson writes the float32 rows straight from numpy: building
+    Python floats and a pydantic model for 64 x 1024 numbers costs more than the rest of a cache hit."""
     if encoding_format == "base64":
-        vectors: list[list[float] | str] = [
-            base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in result.vectors
-        ]
+        vectors: list[Any] = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in result.vectors]
     else:
-        vectors = list(result.vectors.tolist())
-    return EmbeddingResponse(
-        data=[Embedding(index=i, embedding=v) for i, v in enumerate(vectors)],
-        model=result.model,
-        usage=EmbeddingUsage(
-            prompt_tokens=result.prompt_tokens,
-            total_tokens=result.prompt_tokens,
-            truncated_texts=result.truncated_texts,
-        ),
-    )
+        vectors = list(result.vectors)
+    body = {
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+        "model": result.model,
+        "usage": {
+            "prompt_tokens": result.prompt_tokens,
+            "total_tokens": result.prompt_tokens,
+            "truncated_texts": result.truncated_texts,
+        },
+    }
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def attach_router(app: FastAPI) -> None:

@@ -176,8 +176,10 @@ class ImageTaskRunner:
         now = self._ledger.clock()
         wait = self._config.callback_grace_seconds if callback else self._config.poll_initial_seconds
         stored, _ = await self._ledger.change(task.id, lambda t: self._accepted(t, submission, now, wait))
-        if stored.state == TaskState.CANCELLED and stored.upstream_request_id is None:
-            self._spawn(self._cancel_upstream(task.id, submission.cancel_url))  # cancelled while submitting
+        if stored.upstream_request_id != submission.request_id:
+            # The task ended while this job was being submitted (cancel, timeout, or the webhook of an
+            # earlier submission): nobody tracks this job, so stop it.
+            self._spawn(self._cancel_upstream(task.id, submission.cancel_url))
 
     def _accepted(self, task: Task, submission: FalSubmission, now: float, wait: float) -> Task | None:
         if task.state != TaskState.PENDING:

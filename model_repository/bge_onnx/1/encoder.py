@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import onnxruntime as ort
 
 CPU_FILES = {"int8": "model_int8.onnx", "fp32": "model.onnx"}
+# Rows per ONNX Runtime call after sorting by length: small enough that rows of one call have similar
+# lengths (little padding), large enough that each call still multiplies big matrices.
+CHUNK_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -87,3 +91,26 @@ def stack_ragged(input_ids: list[np.ndarray], attention_mask: list[np.ndarray]) 
 def split_rows(batch: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
     """Undo `stack_ragged` on the output: one [rows_i, dim] array per request, in order."""
     return np.split(batch, np.cumsum(sizes)[:-1]) if sizes else []
+
+
+def encode_by_length(
+    run: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    input_ids: list[np.ndarray],
+    attention_mask: list[np.ndarray],
+    chunk_rows: int = CHUNK_ROWS,
+) -> list[np.ndarray]:
+    """Every request's rows, sorted by token length and run `chunk_rows` at a time, each call padded only
+    to its own longest row (a dynamic batch in arrival order pads every row to the batch's longest).
+    Returns one [rows_i, dim] array per request, in order. Rows are right-padded (mask 1s, then 0s)."""
+    ids, mask = stack_ragged(input_ids, attention_mask)
+    lengths = mask.sum(axis=1)
+    order = np.argsort(lengths, kind="stable")
+    outputs: np.ndarray | None = None
+    for start in range(0, len(order), chunk_rows):
+        rows = order[start : start + chunk_rows]
+        width = max(int(lengths[rows].max()), 1)
+        part = run(np.ascontiguousarray(ids[rows, :width]), np.ascontiguousarray(mask[rows, :width]))
+        if outputs is None:
+            outputs = np.empty((len(order), part.shape[1]), dtype=np.float32)
+        outputs[rows] = part
+    return split_rows(outputs, [i.shape[0] for i in input_ids]) if outputs is not None else []

@@ -1,8 +1,8 @@
 """bge_onnx: INPUT_IDS, ATTENTION_MASK [n, len] int64 -> EMBEDDING [n, dim] fp32 (L2-normalised).
 
 Inputs allow ragged batching, so the dynamic batcher groups requests of any
-token length; they are padded here to the batch's longest request and run as
-one ONNX Runtime call.
+token length; here their rows are sorted by length and run in chunks, each
+padded only to its own longest row (`encoder.encode_by_length`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from encoder import create_session, plan_session, shape_error, split_rows, stack_ragged
+from encoder import CHUNK_ROWS, create_session, encode_by_length, plan_session, shape_error
 
 
 class TritonPythonModel:
@@ -32,6 +32,7 @@ class TritonPythonModel:
             cpu_instances,
         )
         self.session = create_session(os.path.join(version_dir, plan.model_file), plan)
+        self.chunk_rows = int(params.get("chunk_rows", CHUNK_ROWS))
         self.dimension = int(output["dims"][-1])
         produced = self.session.get_outputs()[0].shape[-1]
         if produced != self.dimension:
@@ -54,10 +55,13 @@ class TritonPythonModel:
             masks.append(pair[1])
             valid.append(index)
         if valid:
-            input_ids, attention_mask = stack_ragged(ids, masks)
-            (embeddings,) = self.session.run(None, {"INPUT_IDS": input_ids, "ATTENTION_MASK": attention_mask})
-            for index, part in zip(valid, split_rows(embeddings, [i.shape[0] for i in ids]), strict=True):
+            parts = encode_by_length(self._run, ids, masks, self.chunk_rows)
+            for index, part in zip(valid, parts, strict=True):
                 responses[index] = pb_utils.InferenceResponse(
                     [pb_utils.Tensor("EMBEDDING", part.astype(np.float32, copy=False))]
                 )
         return responses
+
+    def _run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        (embeddings,) = self.session.run(None, {"INPUT_IDS": input_ids, "ATTENTION_MASK": attention_mask})
+        return embeddings

@@ -14,10 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from pydantic import SecretStr
 
+from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.settings import AuthSettings, CacheSettings, ImageSettings, ServerSettings, TaskStoreSettings
 from gateway.sim.pika import webhook_message
 from tests.conftest import free_port
@@ -86,10 +88,10 @@ def wait_until_done(http: httpx.Client, gateway: RunningGateway, task_id: str, t
         time.sleep(0.05)
 
 
-def metric(http: httpx.Client, gateway: RunningGateway, name: str, **labels: str) -> float:
-    """The value of one sample in /metrics (0 when absent)."""
+def metric(http: httpx.Client, base_url: str, name: str, **labels: str) -> float:
+    """The value of one sample in a gateway's /metrics (0 when absent)."""
     wanted = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
-    for line in http.get(f"{gateway.base_url}/metrics").text.splitlines():
+    for line in http.get(f"{base_url}/metrics").text.splitlines():
         sample, _, value = line.rpartition(" ")
         if sample == wanted:
             return float(value)
@@ -131,7 +133,7 @@ def test_submit_answers_202_before_the_upstream_is_called_and_the_webhook_comple
     assert sent == {"prompt": "a red fox in snow", "aspect_ratio": "16:9", "resolution": "720p", "seed": 7}
     assert pika_simulator.stats.last_headers["authorization"] == f"Key {KEY}"
     assert pika_simulator.stats.status_polls == 0  # the webhook came: no polling
-    assert metric(http, image_gateway, "gateway_image_callbacks_total", result="applied") >= 1
+    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="applied") >= 1
 
 
 def test_every_callback_lost_the_task_completes_by_polling(
@@ -140,12 +142,12 @@ def test_every_callback_lost_the_task_completes_by_polling(
     pika_simulator.config.callback_loss_rate = 1.0
     pika_simulator.config.status_failure_rate = 0.3  # a flaky status endpoint only delays the outcome
     gateway = start_image_gateway(gateway_factory, pika_simulator, callback_grace_seconds=0.2)
-    before = metric(http, gateway, "gateway_image_tasks_completed_by_polling_total")
+    before = metric(http, gateway.base_url, "gateway_image_tasks_completed_by_polling_total")
     ids = [submit(http, gateway, {"prompt": f"scene {i}"}).json()["id"] for i in range(3)]
     for task_id in ids:
         assert wait_until_done(http, gateway, task_id)["status"] == "completed"
     assert pika_simulator.stats.callbacks_lost == 3 and pika_simulator.stats.status_polls >= 3
-    assert metric(http, gateway, "gateway_image_tasks_completed_by_polling_total") == before + 3
+    assert metric(http, gateway.base_url, "gateway_image_tasks_completed_by_polling_total") == before + 3
 
 
 def test_without_a_public_url_tasks_are_polled_from_the_start(
@@ -186,7 +188,7 @@ def test_duplicate_and_out_of_order_callbacks_leave_the_right_final_state(
     late = http.post(f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}", content=raw, headers=headers)
     assert late.status_code == 200 and late.json()["status"] == "completed"
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json() == done
-    assert metric(http, image_gateway, "gateway_image_callbacks_total", result="duplicate") >= 3
+    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="duplicate") >= 3
 
 
 def _request_id(simulator: RunningPikaSimulator) -> str:
@@ -433,3 +435,35 @@ def test_redis_task_store_outage_fails_image_calls_with_503_and_they_work_again_
         redis_server.start()
     again = wait_until_done(http, gateway, submit(http, gateway).json()["id"])
     assert again["status"] == "completed"
+
+
+def test_grpc_submit_watch_get_and_cancel_match_the_rest_api(
+    image_gateway: RunningGateway, pika_simulator: RunningPikaSimulator, http: httpx.Client
+) -> None:
+    pika_simulator.config.job_seconds = 0.5
+    with grpc.insecure_channel(image_gateway.grpc_target) as channel:
+        stub = gateway_pb2_grpc.ImagesStub(channel)
+        request = gateway_pb2.ImageRequest(prompt="a koi pond", size="1080x1920", options_json='{"seed": 5}')
+        task = stub.Submit(request)
+        assert task.status == "pending" and task.id.startswith("task_")
+        watched = [update.status for update in stub.WatchTask(gateway_pb2.TaskRequest(task_id=task.id), timeout=20)]
+        assert watched[-1] == "completed" and "processing" in watched
+        final = stub.GetTask(gateway_pb2.TaskRequest(task_id=task.id))
+        rest = http.get(f"{image_gateway.base_url}/v1/tasks/{task.id}").json()
+        assert list(final.urls) == rest["urls"] and json.loads(final.result_json) == rest["result"]
+        assert final.completed_at == rest["completed_at"]
+        assert pika_simulator.stats.last_request == {
+            "prompt": "a koi pond",
+            "aspect_ratio": "9:16",
+            "resolution": "1080p",
+            "seed": 5,
+        }
+        with pytest.raises(grpc.RpcError) as finished:
+            stub.CancelTask(gateway_pb2.TaskRequest(task_id=task.id))
+        assert finished.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        with pytest.raises(grpc.RpcError) as bad:
+            stub.Submit(gateway_pb2.ImageRequest(prompt="x", width=100, height=720))
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "width" in str(bad.value.details())
+        with pytest.raises(grpc.RpcError) as missing:
+            list(stub.WatchTask(gateway_pb2.TaskRequest(task_id="task_none"), timeout=5))
+        assert missing.value.code() == grpc.StatusCode.NOT_FOUND

@@ -65,3 +65,27 @@ def test_gpu_instances_run_fp16_on_cuda_or_tensorrt() -> None:
     assert trt.model_file == "model.onnx"
     assert [name for name, _ in trt.providers] == ["TensorrtExecutionProvider", "CUDAExecutionProvider"]
     assert trt.providers[0][1]["trt_fp16_enable"] == "True"
+
+
+def test_encode_by_length_pads_each_chunk_to_its_own_longest_and_keeps_request_order() -> None:
+    # Three requests, right-padded to their own longest row, lengths 1..7 in mixed order.
+    lengths = [[7, 2], [1], [5, 3, 6, 4]]
+    ids, masks = [], []
+    for rows in lengths:
+        width = max(rows)
+        mask = np.array([[1] * n + [0] * (width - n) for n in rows], dtype=np.int64)
+        ids.append(mask * (np.arange(width) + 1) + 100 * mask.sum(axis=1, keepdims=True))
+        masks.append(mask)
+    calls: list[tuple[int, ...]] = []
+
+    def run(batch_ids: np.ndarray, batch_mask: np.ndarray) -> np.ndarray:
+        assert batch_ids.flags["C_CONTIGUOUS"] and batch_ids.shape == batch_mask.shape
+        calls.append(tuple(batch_mask.sum(axis=1)))
+        assert batch_ids.shape[1] == max(calls[-1])  # no padding beyond the chunk's longest row
+        return np.stack([batch_mask.sum(axis=1), batch_ids[:, 0]], axis=1).astype(np.float32)
+
+    parts = encoder.encode_by_length(run, ids, masks, chunk_rows=3)
+    assert calls == [(1, 2, 3), (4, 5, 6), (7,)]
+    assert [p[:, 0].tolist() for p in parts] == [[7.0, 2.0], [1.0], [5.0, 3.0, 6.0, 4.0]]
+    assert [p[:, 1].tolist() for p in parts] == [[701.0, 201.0], [101.0], [501.0, 301.0, 601.0, 401.0]]
+    assert encoder.encode_by_length(run, [], []) == []

@@ -1,0 +1,80 @@
+"""The processes a benchmark drives, each on free ports: Triton, the gateway and the two simulators.
+
+Every server is a real subprocess (`ServerProcess`), so its CPU can be read from /proc and it never
+shares an event loop or the GIL with the load generator.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import ROOT, ServerProcess
+
+REPOSITORY = ROOT / "model_repository"
+
+
+def free_port() -> int:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Endpoint:
+    server: ServerProcess
+    ready_url: str
+    base_url: str  # HTTP base URL
+    grpc_target: str = ""  # host:port where it speaks gRPC
+
+
+def triton(log_dir: Path, repository: Path = REPOSITORY) -> Endpoint:
+    """Triton serving `repository` (run `make export` first); ready when the `bge` model is."""
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    command = [
+        sys.executable, "-m", "localtriton", "serve", "--repository", str(repository),
+        "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+        "--state-dir", str(log_dir / "triton-state"),
+    ]  # fmt: skip
+    server = ServerProcess("triton", command, log_dir=log_dir)
+    base = f"http://127.0.0.1:{http}"
+    return Endpoint(server, f"{base}/v2/models/bge/ready", base, f"127.0.0.1:{grpc}")
+
+
+def gateway(log_dir: Path, env: dict[str, str], name: str = "gateway") -> Endpoint:
+    """`python -m gateway` with `env` on top of this environment (TRITON_URL, caches, upstreams...).
+    `env` may fix GATEWAY_HTTP_PORT (e.g. to build GATEWAY_PUBLIC_URL from it); else a free port is used."""
+    http = int(env.get("GATEWAY_HTTP_PORT") or free_port())
+    grpc = int(env.get("GATEWAY_GRPC_PORT") or free_port())
+    settings = {
+        "GATEWAY_HOST": "127.0.0.1",
+        "GATEWAY_LOG_LEVEL": "WARNING",
+        "TASKS_SQLITE_PATH": str(log_dir / f"{name}-tasks.sqlite3"),
+        **env,
+        "GATEWAY_HTTP_PORT": str(http),
+        "GATEWAY_GRPC_PORT": str(grpc),
+    }
+    server = ServerProcess(name, [sys.executable, "-m", "gateway"], env=settings, log_dir=log_dir)
+    base = f"http://127.0.0.1:{http}"
+    return Endpoint(server, f"{base}/healthz", base, f"127.0.0.1:{grpc}")
+
+
+def hunyuan_simulator(log_dir: Path, *args: str) -> Endpoint:
+    """The Hunyuan simulator (`python -m gateway.sim.hunyuan`); base URL ends in /v1 like Tencent's."""
+    port = free_port()
+    command = [sys.executable, "-m", "gateway.sim.hunyuan", "--port", str(port), *args]
+    server = ServerProcess("hunyuan-simulator", command, log_dir=log_dir)
+    base = f"http://127.0.0.1:{port}"
+    return Endpoint(server, f"{base}/v1/models", f"{base}/v1")
+
+
+def pika_simulator(log_dir: Path, *args: str) -> Endpoint:
+    """The Pika (fal queue) simulator (`python -m gateway.sim.pika`)."""
+    port = free_port()
+    command = [sys.executable, "-m", "gateway.sim.pika", "--port", str(port), *args]
+    server = ServerProcess("pika-simulator", command, log_dir=log_dir)
+    base = f"http://127.0.0.1:{port}"
+    return Endpoint(server, f"{base}/.well-known/jwks.json", base)

@@ -1,0 +1,380 @@
+"""Image tasks across real `python -m gateway` processes: a SIGKILL mid-flight, and two replicas on one Redis.
+
+Each gateway is a subprocess on free ports in front of the Pika (fal queue) simulator, which runs in this
+process (`pika_simulator`), so the tests read what the upstream saw from `.stats`. No Triton is needed: the
+gateways point at a closed port, so /readyz answers 503 and the tests wait on /healthz instead. Every
+process's output goes to a log file under `tmp_path`; its tail is part of every assertion message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, free_port
+from tests.integration.gateway.test_images import metric
+from tests.pika_fixtures import RunningPikaSimulator
+
+pytestmark = pytest.mark.slow
+
+KEY = "fal-key-secret"
+NO_TRITON = "127.0.0.1:9"  # image tasks do not need Triton
+FINAL = ("completed", "failed", "cancelled")
+# Settings a developer's shell may hold; the gateways get only what each test gives them.
+ENV_PREFIXES = ("GATEWAY_", "PIKA_", "TASKS_", "TRITON_", "HUNYUAN_", "CHAT_", "EMBEDDING_", "REDIS_", "OTEL_")
+
+
+class GatewayProcess:
+    """One `python -m gateway`, its output in `log_path`; `start` again after `kill` for a restart."""
+
+    def __init__(self, name: str, env: dict[str, str], http_port: int, log_path: Path) -> None:
+        self.name = name
+        self.env = env
+        self.http_port = http_port
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def start(self, timeout: float = 60.0) -> GatewayProcess:
+        """Start the process and wait until /healthz answers 200 (the lifespan, runner included, is up)."""
+        return self.launch().wait_healthy(timeout)
+
+    def launch(self) -> GatewayProcess:
+        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
+            log.write(f"---- {self.name} started ----\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "gateway"], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
+        return self
+
+    def wait_healthy(self, timeout: float = 60.0) -> GatewayProcess:
+        assert self.process is not None, f"gateway {self.name} was not launched"
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self.process.poll()
+            assert code is None, f"gateway {self.name} exited with {code} while starting\n{self.tail()}"
+            try:
+                if httpx.get(f"{self.base_url}/healthz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, (
+                f"gateway {self.name}: /healthz not 200 after {timeout} s\n{self.tail()}"
+            )
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, leases and in-flight work are left as they are."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+        if self.process is not None:
+            self.process.wait(timeout=10)
+
+    def tail(self, lines: int = 25) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return f"-- last {lines} lines of {self.name} ({self.log_path}) --\n" + "\n".join(text.splitlines()[-lines:])
+
+
+class Gateways:
+    """The gateway processes of one test; every one is killed at teardown."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started: list[GatewayProcess] = []
+
+    def create(self, name: str, http_port: int, variables: dict[str, str]) -> GatewayProcess:
+        env = {key: value for key, value in os.environ.items() if not key.startswith(ENV_PREFIXES)}
+        env.update(
+            {
+                "GATEWAY_HOST": "127.0.0.1",
+                "GATEWAY_HTTP_PORT": str(http_port),
+                "GATEWAY_GRPC_PORT": str(free_port()),
+                "TRITON_URL": NO_TRITON,
+                "EMBEDDING_CACHE_MB": "0",
+                "CHAT_CACHE_MB": "0",
+                **variables,
+            }
+        )
+        gateway = GatewayProcess(name, env, http_port, self.directory / f"gateway-{name}.log")
+        self.started.append(gateway)
+        return gateway
+
+    def tails(self) -> str:
+        return "\n".join(gateway.tail() for gateway in self.started)
+
+    def kill_all(self) -> None:
+        for gateway in self.started:
+            gateway.kill()
+
+
+@pytest.fixture
+def gateways(tmp_path: Path) -> Iterator[Gateways]:
+    processes = Gateways(tmp_path)
+    try:
+        yield processes
+    finally:
+        processes.kill_all()
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+def pika_variables(simulator: RunningPikaSimulator, **overrides: str) -> dict[str, str]:
+    simulator.config.api_key = KEY
+    return {
+        "PIKA_API_KEY": KEY,
+        "PIKA_BASE_URL": simulator.base_url,
+        "PIKA_WEBHOOK_JWKS_URL": simulator.jwks_url,
+        **overrides,
+    }
+
+
+def submit(http: httpx.Client, gateway: GatewayProcess, prompt: str, diagnostics: Callable[[], str]) -> str:
+    answer = http.post(f"{gateway.base_url}/v1/images/generations", json={"prompt": prompt})
+    assert answer.status_code == 202, f"{answer.status_code} {answer.text}\n{diagnostics()}"
+    task_id: str = answer.json()["id"]
+    return task_id
+
+
+def statuses(http: httpx.Client, gateway: GatewayProcess, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    tasks: dict[str, dict[str, Any]] = {}
+    for task_id in task_ids:
+        answer = http.get(f"{gateway.base_url}/v1/tasks/{task_id}")
+        assert answer.status_code == 200, f"GET task {task_id}: {answer.status_code} {answer.text}"
+        tasks[task_id] = answer.json()
+    return tasks
+
+
+def wait_all_final(
+    http: httpx.Client,
+    gateway: GatewayProcess,
+    task_ids: list[str],
+    timeout: float,
+    diagnostics: Callable[[], str],
+) -> dict[str, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        tasks = statuses(http, gateway, task_ids)
+        counts = Counter(task["status"] for task in tasks.values())
+        if all(task["status"] in FINAL for task in tasks.values()):
+            return tasks
+        assert time.monotonic() < deadline, f"not all tasks ended within {timeout} s: {dict(counts)}\n{diagnostics()}"
+        time.sleep(0.2)
+
+
+def stored_records(path: Path) -> dict[str, dict[str, Any]]:
+    """Every task record in the SQLite task store, read directly (for what the API does not show)."""
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        rows = db.execute("SELECT id, record FROM tasks").fetchall()
+    return {str(task_id): json.loads(record) for task_id, record in rows}
+
+
+def test_sigkill_with_20_tasks_in_flight_then_restart_finishes_every_task(
+    pika_simulator: RunningPikaSimulator, gateways: Gateways, http: httpx.Client, tmp_path: Path
+) -> None:
+    pika_simulator.config.job_seconds = 2.0
+    pika_simulator.config.submit_delay_seconds = 0.2  # submits are in flight when the process dies
+    pika_simulator.config.callback_delay_seconds = 0.3
+    pika_simulator.config.callback_attempts = 3  # then the webhook is given up: "lost", only polling finds it
+    pika_simulator.config.callback_retry_seconds = 0.1
+    database = tmp_path / "tasks" / "tasks.sqlite3"
+    port = free_port()
+    variables = pika_variables(
+        pika_simulator,
+        GATEWAY_PUBLIC_URL=f"http://127.0.0.1:{port}",
+        TASKS_SQLITE_PATH=str(database),
+        TASKS_LEASE_SECONDS="2",
+        TASKS_SCAN_INTERVAL_SECONDS="0.1",
+        PIKA_CALLBACK_GRACE_SECONDS="1",
+        PIKA_POLL_INITIAL_SECONDS="0.2",
+        PIKA_POLL_MAX_SECONDS="1",
+        PIKA_MAX_CONCURRENT_SUBMITS="2",
+        PIKA_SUBMITS_PER_SECOND="10",  # 20 tasks take ~2 s to submit: some are still pending at the kill
+        PIKA_TASK_TIMEOUT_SECONDS="60",
+    )
+    first = gateways.create("first", port, variables).start()
+    stats = pika_simulator.stats
+
+    def diagnostics() -> str:
+        return (
+            f"simulator: submitted={stats.submitted} callbacks_sent={stats.callbacks_sent} "
+            f"callbacks_failed={stats.callbacks_failed} status_polls={stats.status_polls} "
+            f"jobs={dict(stats.jobs_by_state)}\n{gateways.tails()}"
+        )
+
+    task_ids = [submit(http, first, f"scene {i}", diagnostics) for i in range(20)]
+    deadline = time.monotonic() + 10
+    while True:
+        counts = Counter(task["status"] for task in statuses(http, first, task_ids).values())
+        if counts["processing"] >= 4 and counts["pending"] >= 4:
+            break
+        assert counts["pending"] >= 4, f"every task was submitted before the kill: {dict(counts)}\n{diagnostics()}"
+        assert time.monotonic() < deadline, f"tasks not submitted: {dict(counts)}\n{diagnostics()}"
+        time.sleep(0.02)
+    killed_wall = time.time()
+    first.kill()
+    killed_at = {"submitted": stats.submitted, **counts}
+
+    # While the gateway is down, jobs end and their webhooks fail every attempt: the simulator gives them up.
+    # At most PIKA_MAX_CONCURRENT_SUBMITS of those jobs can be orphans (see below), so with 3 given up at
+    # least one belongs to a task whose end only polling can find.
+    deadline = time.monotonic() + 10
+    while stats.callbacks_failed < 3:
+        assert time.monotonic() < deadline, f"no webhooks lost while the gateway was down\n{diagnostics()}"
+        time.sleep(0.05)
+
+    restarted = time.monotonic()
+    second = gateways.create("second", port, variables).start()  # same env, same SQLite file, same port
+    tasks = wait_all_final(http, second, task_ids, 30, diagnostics)
+    recovery_seconds = time.monotonic() - restarted
+
+    for task in tasks.values():
+        assert task["status"] == "completed" or (task["status"] == "failed" and task["error"]["code"]), (
+            f"{task}\n{diagnostics()}"
+        )
+    assert Counter(task["status"] for task in tasks.values())["completed"] == 20, f"{tasks}\n{diagnostics()}"
+    # A submit in flight when the process died may have reached the simulator without its answer reaching the
+    # store: the task is still pending in the store and the new process submits it again (at-least-once
+    # submission; the orphaned job's webhook then names a request id the task no longer tracks: "stale").
+    assert stats.submitted >= 20, diagnostics()
+    assert stats.submitted <= 20 + 2, f"more resubmissions than submits in flight at the kill\n{diagnostics()}"
+    by_polling = metric(http, second.base_url, "gateway_image_tasks_completed_by_polling_total")
+    records = [stored_records(database)[task_id] for task_id in task_ids]
+    completed_by = Counter(record["completed_by"] for record in records)
+    # The restarted process's counter covers the tasks it ended (none can end before the kill: jobs take 2 s).
+    ended_after_restart = sum(r["completed_by"] == "polling" and r["ended_at"] > killed_wall for r in records)
+    assert by_polling == ended_after_restart == completed_by["polling"], f"{completed_by}\n{diagnostics()}"
+    assert by_polling >= 1, f"lost webhooks, yet no task was finished by polling: {completed_by}\n{diagnostics()}"
+    print(
+        f"at the kill: {killed_at}; after the restart all 20 ended in {recovery_seconds:.1f} s; "
+        f"upstream submissions {stats.submitted}; webhooks given up {stats.callbacks_failed}; "
+        f"completed by polling {by_polling:g}, by callback {completed_by['callback']}"
+    )
+
+
+def watch(url: str, events: list[tuple[float, str]], errors: list[BaseException]) -> None:
+    """Read the SSE stream at `url` into `events` as (arrival time, data), until [DONE]."""
+    try:
+        with httpx.Client(timeout=httpx.Timeout(10, read=15)) as client, client.stream("GET", url) as stream:
+            if stream.status_code != 200:
+                raise AssertionError(f"events answered {stream.status_code}")
+            for line in stream.iter_lines():
+                if line.startswith("data: "):
+                    events.append((time.monotonic(), line[len("data: ") :]))
+                    if line == "data: [DONE]":
+                        return
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_two_replicas_on_redis_callback_on_one_replica_completes_the_task_watched_on_the_other(
+    pika_simulator: RunningPikaSimulator, gateways: Gateways, http: httpx.Client, redis_url: str
+) -> None:
+    pika_simulator.config.job_seconds = 1.5
+    port_a, port_b = free_port(), free_port()
+    # Every webhook lands on B, whichever replica submits the job (B's scanner may win the submit lease).
+    common = pika_variables(
+        pika_simulator,
+        REDIS_URL=redis_url,
+        GATEWAY_PUBLIC_URL=f"http://127.0.0.1:{port_b}",
+        TASKS_SCAN_INTERVAL_SECONDS="0.1",
+        PIKA_CALLBACK_GRACE_SECONDS="30",  # no polling: only B's webhook can end the task
+    )
+    a = gateways.create("a", port_a, common)
+    b = gateways.create("b", port_b, common)
+    for replica in (a.launch(), b.launch()):  # both start at once
+        replica.wait_healthy()
+    stats = pika_simulator.stats
+
+    def diagnostics() -> str:
+        return f"simulator: submitted={stats.submitted} callbacks_sent={stats.callbacks_sent}\n{gateways.tails()}"
+
+    task_id = submit(http, a, "a red fox in snow", diagnostics)
+    events: list[tuple[float, str]] = []
+    errors: list[BaseException] = []
+    watcher = threading.Thread(target=watch, args=(f"{a.base_url}/v1/tasks/{task_id}/events", events, errors))
+    watcher.start()
+    completed_on_b = None
+    deadline = time.monotonic() + 15
+    while completed_on_b is None:
+        if http.get(f"{b.base_url}/v1/tasks/{task_id}").json()["status"] == "completed":
+            completed_on_b = time.monotonic()
+        assert time.monotonic() < deadline, f"task not completed\n{diagnostics()}"
+        time.sleep(0.02)
+    watcher.join(timeout=15)
+    assert not watcher.is_alive(), f"the watcher on A saw no [DONE]: {events}\n{diagnostics()}"
+    assert not errors, f"{errors!r}\n{diagnostics()}"
+
+    assert events and events[-1][1] == "[DONE]", f"{events}\n{diagnostics()}"
+    seen = [json.loads(data)["status"] for _, data in events[:-1]]
+    assert seen[0] in ("pending", "processing"), f"the watcher connected after the end: {seen}"
+    assert seen[-1] == "completed", f"{seen}\n{diagnostics()}"
+    completed_on_a = next(at for at, data in events if data != "[DONE]" and json.loads(data)["status"] == "completed")
+    # B's change reaches A's watcher through Redis pub/sub, not A's 2 s re-read.
+    print(f"A's watcher saw B's change {completed_on_a - completed_on_b:+.3f} s after B's GET did; events: {seen}")
+    assert completed_on_a - completed_on_b < 1.0, f"A's watcher saw it {completed_on_a - completed_on_b:.2f} s late"
+    assert http.get(f"{a.base_url}/v1/tasks/{task_id}").json()["status"] == "completed"
+    applied_b = metric(http, b.base_url, "gateway_image_callbacks_total", result="applied")
+    applied_a = metric(http, a.base_url, "gateway_image_callbacks_total", result="applied")
+    assert applied_b >= 1 and applied_a == 0, f"applied: a={applied_a} b={applied_b}\n{diagnostics()}"
+    assert stats.status_polls == 0 and stats.submitted == 1, diagnostics()
+
+
+def test_two_replicas_on_redis_poll_each_task_one_at_a_time(
+    pika_simulator: RunningPikaSimulator, gateways: Gateways, http: httpx.Client, redis_url: str
+) -> None:
+    pika_simulator.config.job_seconds = 3.0
+    common = pika_variables(
+        pika_simulator,
+        REDIS_URL=redis_url,  # no GATEWAY_PUBLIC_URL: no webhooks, tasks are polled from the start
+        TASKS_SCAN_INTERVAL_SECONDS="0.05",
+        PIKA_POLL_INITIAL_SECONDS="0.4",
+        PIKA_POLL_MAX_SECONDS="0.4",  # a fixed interval
+    )
+    replicas = [gateways.create(name, free_port(), common) for name in ("a", "b")]
+    for replica in [replica.launch() for replica in replicas]:
+        replica.wait_healthy()
+    stats = pika_simulator.stats
+
+    def diagnostics() -> str:
+        return f"simulator: submitted={stats.submitted} status_polls={stats.status_polls}\n{gateways.tails()}"
+
+    task_ids = [submit(http, replicas[i % 2], f"scene {i}", diagnostics) for i in range(8)]
+    tasks = wait_all_final(http, replicas[0], task_ids, 20, diagnostics)
+    assert all(task["status"] == "completed" for task in tasks.values()), f"{tasks}\n{diagnostics()}"
+    assert stats.submitted == 8, f"a task was submitted twice\n{diagnostics()}"
+
+    polls = {request_id: list(times) for request_id, times in stats.polls_by_request.items()}
+    assert len(polls) == 8 and all(len(times) >= 3 for times in polls.values()), diagnostics()
+    # Two uncoordinated pollers would both poll a due task within one scan interval (0.05 s) of each other.
+    gaps = {
+        request_id: min(later[0] - earlier[0] for earlier, later in pairwise(times))
+        for request_id, times in polls.items()
+    }
+    too_close = {request_id: round(gap, 3) for request_id, gap in gaps.items() if gap < 0.3}
+    assert not too_close, f"polled twice within 0.3 s: {too_close}\n{diagnostics()}"
+    agents = Counter(agent for times in polls.values() for _, agent in times)
+    print(f"polls by replica: {dict(agents)}; smallest gap between two polls of a job: {min(gaps.values()):.3f} s")
+    assert len(agents) == 2, f"expected polls from both replicas, got {agents}"
+    assert all(agent.startswith("ai-gateway (") for agent in agents), agents
