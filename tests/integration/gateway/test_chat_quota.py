@@ -32,6 +32,9 @@ def replicas(redis_url: str, triton: TritonProcess, hunyuan_simulator: RunningHu
             **os.environ,
             "TRITON_URL": triton.grpc_url,
             "REDIS_URL": redis_url,
+            # What is tested is the shared quota, not the fallback: a busy CI host must not push Redis
+            # calls past the default 0.25 s timeout and so into each replica limiting alone.
+            "REDIS_TIMEOUT_SECONDS": "2",
             "HUNYUAN_BASE_URL": hunyuan_simulator.base_url,
             "HUNYUAN_API_KEY": "quota-key",
             "HUNYUAN_REQUESTS_PER_SECOND": str(QUOTA),
