@@ -90,10 +90,11 @@ async def closed_loop(request: Callable[[int], Awaitable[int]], *, total: int, c
             next_index += 1
             started = time.perf_counter()
             try:
-                items += await request(index)
+                done = await request(index)  # not `items += await ...`: that reads `items` before awaiting
             except Exception:
                 errors += 1
                 continue
+            items += done
             latencies.append(time.perf_counter() - started)
 
     cpu = process_cpu_seconds()
@@ -113,10 +114,11 @@ async def open_loop(request: Callable[[int], Awaitable[int]], *, rate: float, du
     async def one(index: int, scheduled: float) -> None:
         nonlocal errors, items
         try:
-            items += await request(index)
+            done = await request(index)
         except Exception:
             errors += 1
             return
+        items += done
         latencies.append(time.perf_counter() - scheduled)
 
     cpu = process_cpu_seconds()

@@ -1,0 +1,164 @@
+"""The chat benchmark's arithmetic (added latency, ratios, targets), its SSE reading, its peer config, and
+one quick end-to-end run against real simulator and gateway processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bench.chat import (
+    BARE,
+    CACHED,
+    GATEWAY,
+    LITELLM,
+    PROMPT,
+    QUICK,
+    SIM_TTFT,
+    AnswerError,
+    Sample,
+    added_ms,
+    at_least_times,
+    at_most,
+    first_content_seconds,
+    gateway_env,
+    litellm_config,
+    rows,
+    rps_target,
+    run,
+    run_size,
+    series,
+    stream_tps,
+    streams_target,
+    ttft_targets,
+)
+from bench.common import RunStats
+from gateway.sim.hunyuan import echo_reply, split_pieces
+
+
+def stats(*latencies_ms: float, elapsed: float = 1.0) -> RunStats:
+    return RunStats(elapsed=elapsed, latencies=[ms / 1000 for ms in latencies_ms])
+
+
+def test_added_latency_is_the_median_over_rounds_of_percentile_differences() -> None:
+    bare = [stats(50, 50, 60), stats(51, 51, 61), stats(49, 49, 59)]
+    proxy = [stats(51, 51, 70), stats(55, 55, 62), stats(50, 50, 59)]
+    assert added_ms(proxy, bare, 50) == pytest.approx(1.0)  # rounds add 1, 4 and 1 ms
+    assert added_ms(proxy, bare, 100) == pytest.approx(1.0)  # rounds add 10, 1 and 0 ms
+
+
+def test_targets_state_the_measured_value_and_whether_it_is_met() -> None:
+    assert at_most("p50", 1.5, 2.0).met and at_most("p50", 1.5, 2.0).measured == "1.50 ms"
+    assert not at_most("p50", 2.5, 2.0).met
+    missing = at_most("p50", math.nan, 2.0)
+    assert (missing.measured, missing.met) == ("not measured", False)
+    ratio = at_least_times("rps", 900, 250, 3.0)
+    assert ratio.met and ratio.measured.startswith("3.60 x (900 vs 250 requests/s")
+    assert not at_least_times("rps", 600, 250, 3.0).met
+    assert at_least_times("rps", 600, 0.0, 3.0).measured == "not measured"
+
+
+def test_streams_are_held_only_when_every_run_completed_all_of_them_at_once() -> None:
+    assert streams_target(1000, [1000, 1000], [1000, 1000], 3.0).met
+    assert not streams_target(1000, [1000, 999], [1000, 1000], 3.0).met
+    assert not streams_target(1000, [1000], [640], 3.0).met  # completed, but never all open together
+    assert not streams_target(50, [50], [50], 3.0).met  # quick mode opens too few
+    assert streams_target(1000, [], [], math.nan).measured == "not measured"
+
+
+def test_litellm_config_maps_each_model_to_its_simulator_through_the_openai_provider() -> None:
+    config = json.loads(litellm_config({"hunyuan-lite": "http://127.0.0.1:1/v1"}, api_key="k"))
+    (entry,) = config["model_list"]
+    assert entry == {
+        "model_name": "hunyuan-lite",
+        "litellm_params": {"model": "openai/hunyuan-lite", "api_base": "http://127.0.0.1:1/v1", "api_key": "k"},
+    }
+    assert config["litellm_settings"]["num_retries"] == 0
+
+
+def test_gateway_env_lifts_every_limit_above_the_load_and_switches_only_the_exact_cache() -> None:
+    uncached, cached = gateway_env("http://sim/v1", cache=False), gateway_env("http://sim/v1", cache=True)
+    assert int(uncached["GATEWAY_MAX_IN_FLIGHT"]) >= 1000 and int(uncached["HUNYUAN_MAX_CONNECTIONS"]) >= 1000
+    assert float(uncached["HUNYUAN_REQUESTS_PER_SECOND"]) >= 10_000 and int(uncached["HUNYUAN_MAX_CONCURRENT"]) >= 1000
+    assert (uncached["CHAT_CACHE_MB"], cached["CHAT_CACHE_MB"]) == ("0", "64")
+    assert uncached["CHAT_SEMANTIC_MATCHER"] == cached["CHAT_SEMANTIC_MATCHER"] == "off"
+
+
+def test_stream_pacing_makes_an_answer_last_the_requested_time() -> None:
+    pieces = len(split_pieces(echo_reply([{"role": "user", "content": PROMPT.format(123)}])))
+    assert SIM_TTFT + (pieces - 1) / stream_tps(10.0) == pytest.approx(10.0)
+
+
+def test_run_size_targets_the_duration_within_bounds() -> None:
+    assert run_size(500.0, 3.0, 8) == 1500
+    assert run_size(1.0, 3.0, 32) == 128  # at least 4 requests per slot
+    assert run_size(1e9, 3.0, 1) == 100_000
+    assert run_size(10.0, 3.0, 1, minimum=100) == 100  # enough samples for a p99
+
+
+async def lines(*events: str) -> AsyncIterator[str]:
+    for event in events:
+        yield event
+        yield ""
+
+
+def chunk(content: str | None) -> str:
+    delta = {"role": "assistant", "content": ""} if content is None else {"content": content}
+    return "data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]})
+
+
+def test_first_content_skips_the_role_chunk_and_reads_to_done() -> None:
+    seconds = asyncio.run(first_content_seconds(lines(chunk(None), chunk("E"), chunk("x"), "data: [DONE]"), 0.0))
+    assert seconds > 0
+
+
+@pytest.mark.parametrize(
+    ("events", "message"),
+    [
+        ((chunk(None), chunk("E")), "without \\[DONE\\]"),
+        ((chunk(None), "data: [DONE]"), "without content"),
+        ((chunk("E"), 'data: {"error": {"message": "upstream broke"}}', "data: [DONE]"), "upstream broke"),
+    ],
+)
+def test_incomplete_or_failed_streams_are_errors(events: tuple[str, ...], message: str) -> None:
+    with pytest.raises(AnswerError, match=message):
+        asyncio.run(first_content_seconds(lines(*events), 0.0))
+
+
+def samples(rps: float, *latencies_ms: float, proxy_cpu: float = 0.0) -> list[Sample]:
+    return [Sample(stats(*latencies_ms, elapsed=len(latencies_ms) / rps), proxy_cpu=proxy_cpu) for _ in range(3)]
+
+
+def test_series_rows_and_targets_compare_each_system_with_the_bare_simulator_and_litellm() -> None:
+    results = {
+        32: {
+            BARE: samples(1000, 1, 1, 2),
+            GATEWAY: samples(600, 2, 2, 3, proxy_cpu=0.005),
+            LITELLM: samples(150, 10, 10, 30, proxy_cpu=0.02),
+        }
+    }
+    points = series(results)
+    gw = next(p for p in points if p.system == GATEWAY)
+    assert gw.extra["added_p50_ms"] == pytest.approx(1.0)
+    assert gw.extra["ratio_to_reference"] == pytest.approx(0.6)
+    assert gw.extra["proxy_cpu_ms_per_request"] == pytest.approx(5 / 3)
+    table = {row["system"]: row for row in rows("completions", points, versus_litellm=True)}
+    assert table[GATEWAY]["x LiteLLM"] == pytest.approx(4.0)
+    assert table[BARE]["proxy CPU %"] is None and table[BARE]["added p50 ms"] == 0.0
+    assert rps_target(points).met and "concurrency 32" in rps_target(points).name
+    p50, p99 = ttft_targets(points)
+    assert p50.met and p99.met and p50.measured == "1.00 ms (LiteLLM 9.0 ms)"
+
+
+@pytest.mark.slow
+def test_quick_run_measures_gateway_and_bare_and_holds_every_stream_it_opens(tmp_path: Path) -> None:
+    result = asyncio.run(run(tmp_path, quick=True))
+    assert {BARE, GATEWAY, CACHED} <= {point.system for point in result.points if point.throughput > 0}
+    burst = {row["system"]: row for row in result.table if row["measurement"] == "streams at once"}
+    assert burst[GATEWAY]["completed"] == f"{QUICK.streams}/{QUICK.streams}"
+    assert burst[GATEWAY]["peak open"] == QUICK.streams and burst[GATEWAY]["errors"] == 0
+    assert json.loads((tmp_path / "chat.json").read_text())["part"] == "chat"
