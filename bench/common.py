@@ -150,10 +150,30 @@ def process_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def pid_cpu_seconds(pid: int) -> float:
-    """User + system CPU of another process and its reaped children, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of `pid` and all its live descendants (plus what they reaped), from /proc.
+
+    Triton runs as localtriton -> tritonserver -> one python-backend stub per model instance: the
+    top process alone holds almost none of the work.
+    """
+    parents: dict[int, list[tuple[int, list[str]]]] = {}
+    own: list[str] | None = None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(entry.name) == pid:
+                own = fields
+            parents.setdefault(int(fields[1]), []).append((int(entry.name), fields))
+    if own is None:
+        return 0.0
+    ticks = sum(int(value) for value in own[11:15])
+    stack = [pid]
+    while stack:
+        for child, fields in parents.get(stack.pop(), []):
+            ticks += sum(int(value) for value in fields[11:15])
+            stack.append(child)
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -212,7 +232,7 @@ class ServerProcess:
         return self.process.pid
 
     def cpu_seconds(self) -> float:
-        return pid_cpu_seconds(self.pid)
+        return tree_cpu_seconds(self.pid)
 
     def stop(self) -> None:
         process, self.process = self.process, None

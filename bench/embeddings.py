@@ -56,6 +56,7 @@ from bench.common import (
     open_loop,
     process_cpu_seconds,
     summarize,
+    tree_cpu_seconds,
     venv_python,
 )
 from bench.stack import REPOSITORY, Endpoint, free_port, gateway, triton
@@ -112,33 +113,6 @@ CACHE_P99_LIMIT_MS = 5.0
 
 
 Request = Callable[[int], Awaitable[int]]
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of `pid` and all its live descendants (plus what they reaped), from /proc.
-
-    Triton runs as localtriton -> tritonserver -> one python-backend stub per model instance: the
-    top process alone holds almost none of the work.
-    """
-    parents: dict[int, list[tuple[int, list[str]]]] = {}
-    own: list[str] | None = None
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(entry.name) == pid:
-                own = fields
-            parents.setdefault(int(fields[1]), []).append((int(entry.name), fields))
-    if own is None:
-        return 0.0
-    ticks = sum(int(value) for value in own[11:15])
-    stack = [pid]
-    while stack:
-        for child, fields in parents.get(stack.pop(), []):
-            ticks += sum(int(value) for value in fields[11:15])
-            stack.append(child)
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy_seconds() -> float:

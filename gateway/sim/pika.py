@@ -156,6 +156,7 @@ class _Simulator:
         self.signing_key = Ed25519PrivateKey.generate()
         self.forged_key = Ed25519PrivateKey.generate()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.webhooks: httpx.AsyncClient | None = None  # one pooled client for every webhook, opened at start
         self._seed = config.seed
         self._random = random.Random(config.seed)
 
@@ -257,22 +258,24 @@ class _Simulator:
         await asyncio.sleep(config.callback_delay_seconds)
         body = self.webhook_body(job)
         now = int(time.time()) + config.stale_timestamp_seconds
-        async with httpx.AsyncClient(timeout=config.callback_timeout_seconds) as client:
-            copies = 2 if config.duplicate_callbacks else 1
-            for _ in range(copies):
-                await self.post(client, job, body, self.signed_headers(job, body, now))
-            if config.out_of_order:
-                old = now - config.out_of_order_age_seconds
-                await self.post(client, job, body, self.signed_headers(job, body, old))
+        copies = 2 if config.duplicate_callbacks else 1
+        for _ in range(copies):
+            await self.post(job, body, self.signed_headers(job, body, now))
+        if config.out_of_order:
+            old = now - config.out_of_order_age_seconds
+            await self.post(job, body, self.signed_headers(job, body, old))
 
-    async def post(self, client: httpx.AsyncClient, job: _Job, body: bytes, headers: dict[str, str]) -> None:
+    async def post(self, job: _Job, body: bytes, headers: dict[str, str]) -> None:
         assert job.webhook_url is not None
+        assert self.webhooks is not None, "webhooks are sent only while the app runs (its lifespan opens the client)"
         for attempt in range(max(job.config.callback_attempts, 1)):
             if attempt:
                 await asyncio.sleep(job.config.callback_retry_seconds)
             self.stats.callback_attempts += 1
             try:
-                response = await client.post(job.webhook_url, content=body, headers=headers)
+                response = await self.webhooks.post(
+                    job.webhook_url, content=body, headers=headers, timeout=job.config.callback_timeout_seconds
+                )
             except httpx.HTTPError:
                 continue
             if response.is_success:
@@ -417,11 +420,12 @@ def create_pika_simulator(config: PikaSimulatorConfig | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        tasks = list(simulator.tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        async with httpx.AsyncClient() as simulator.webhooks:
+            yield
+            tasks = list(simulator.tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     app = FastAPI(title="Pika (fal) simulator", openapi_url=None, docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.simulator = simulator

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.common import Point, closed_loop
+from bench.common import Point, closed_loop, tree_cpu_seconds
 from bench.embeddings import (
     CACHED_1,
     GATEWAY_1,
@@ -28,7 +28,6 @@ from bench.embeddings import (
     ratio_target,
     run,
     table_rows,
-    tree_cpu_seconds,
 )
 from bench.workload import MAX_WORDS, MIN_WORDS, samples, texts
 
