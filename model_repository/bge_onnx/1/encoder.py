@@ -10,9 +10,10 @@ import numpy as np
 import onnxruntime as ort
 
 CPU_FILES = {"int8": "model_int8.onnx", "fp32": "model.onnx"}
-# Rows per ONNX Runtime call after sorting by length: small enough that rows of one call have similar
-# lengths (little padding), large enough that each call still multiplies big matrices.
-CHUNK_ROWS = 32
+# After sorting by length, a chunk (one ONNX Runtime call) grows while its padded area stays within this
+# multiple of its real tokens. Measured on INT8 MiniLM, 2 cores, dynamic batches of 16-64 mixed texts:
+# 1.1-1.2 beat fixed chunks of 4, 8 or 16 rows by 10-30 % (padding waste vs. many small matrix products).
+PADDING_RATIO = 1.15
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class SessionPlan:
     model_file: str
     providers: list[tuple[str, dict[str, str]]]
     intra_op_threads: int
+    spin: bool = False
 
 
 def plan_session(
@@ -29,6 +31,7 @@ def plan_session(
 ) -> SessionPlan:
     """KIND_CPU: INT8 (or FP32) on the CPU provider; KIND_GPU: FP16 on CUDA, or TensorRT building FP16 engines."""
     threads = int(params.get("intra_op_threads", "0")) or default_intra_op_threads(cpu_instances)
+    spin = params.get("allow_spinning", "false").lower() in ("1", "true", "yes")
     if kind == "GPU":
         cuda = ("CUDAExecutionProvider", {"device_id": str(device_id)})
         if params.get("gpu_execution_provider", "cuda") == "tensorrt":
@@ -41,12 +44,12 @@ def plan_session(
                     "trt_engine_cache_path": cache_dir,
                 },
             )
-            return SessionPlan("model.onnx", [tensorrt, cuda], threads)
-        return SessionPlan("model_fp16.onnx", [cuda], threads)
+            return SessionPlan("model.onnx", [tensorrt, cuda], threads, spin)
+        return SessionPlan("model_fp16.onnx", [cuda], threads, spin)
     precision = params.get("cpu_precision", "int8")
     if precision not in CPU_FILES:
         raise ValueError(f"cpu_precision must be one of {sorted(CPU_FILES)}, got {precision!r}")
-    return SessionPlan(CPU_FILES[precision], [("CPUExecutionProvider", {})], threads)
+    return SessionPlan(CPU_FILES[precision], [("CPUExecutionProvider", {})], threads, spin)
 
 
 def default_intra_op_threads(cpu_instances: int) -> int:
@@ -61,6 +64,9 @@ def create_session(model_path: str, plan: SessionPlan) -> ort.InferenceSession:
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Spinning workers keep a core busy between runs; on a CPU shared with the tokenizer, Triton and
+    # the gateway that costs more than the wake-up latency it saves.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if plan.spin else "0")
     names = [name for name, _ in plan.providers]
     return ort.InferenceSession(model_path, options, providers=names, provider_options=[o for _, o in plan.providers])
 
@@ -93,21 +99,39 @@ def split_rows(batch: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
     return np.split(batch, np.cumsum(sizes)[:-1]) if sizes else []
 
 
+def chunk_sizes(sorted_lengths: np.ndarray, padding_ratio: float = PADDING_RATIO) -> list[int]:
+    """Split rows sorted by length into runs whose padded area (rows x longest) stays within
+    `padding_ratio` x their real tokens; a row is never alone unless the next would break the bound."""
+    sizes, start, count = [], 0, len(sorted_lengths)
+    while start < count:
+        end, tokens = start + 1, int(sorted_lengths[start])
+        while end < count:
+            tokens += int(sorted_lengths[end])
+            if (end + 1 - start) * int(sorted_lengths[end]) > padding_ratio * tokens:
+                break
+            end += 1
+        sizes.append(end - start)
+        start = end
+    return sizes
+
+
 def encode_by_length(
     run: Callable[[np.ndarray, np.ndarray], np.ndarray],
     input_ids: list[np.ndarray],
     attention_mask: list[np.ndarray],
-    chunk_rows: int = CHUNK_ROWS,
+    padding_ratio: float = PADDING_RATIO,
 ) -> list[np.ndarray]:
-    """Every request's rows, sorted by token length and run `chunk_rows` at a time, each call padded only
-    to its own longest row (a dynamic batch in arrival order pads every row to the batch's longest).
-    Returns one [rows_i, dim] array per request, in order. Rows are right-padded (mask 1s, then 0s)."""
+    """Every request's rows, sorted by token length and run in chunks of similar length (`chunk_sizes`),
+    each call padded only to its own longest row (a dynamic batch in arrival order pads every row to the
+    batch's longest). Returns one [rows_i, dim] array per request, in order. Rows are right-padded."""
     ids, mask = stack_ragged(input_ids, attention_mask)
     lengths = mask.sum(axis=1)
     order = np.argsort(lengths, kind="stable")
     outputs: np.ndarray | None = None
-    for start in range(0, len(order), chunk_rows):
-        rows = order[start : start + chunk_rows]
+    start = 0
+    for size in chunk_sizes(lengths[order], padding_ratio):
+        rows = order[start : start + size]
+        start += size
         width = max(int(lengths[rows].max()), 1)
         part = run(np.ascontiguousarray(ids[rows, :width]), np.ascontiguousarray(mask[rows, :width]))
         if outputs is None:

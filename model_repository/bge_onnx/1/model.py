@@ -1,8 +1,8 @@
 """bge_onnx: INPUT_IDS, ATTENTION_MASK [n, len] int64 -> EMBEDDING [n, dim] fp32 (L2-normalised).
 
 Inputs allow ragged batching, so the dynamic batcher groups requests of any
-token length; here their rows are sorted by length and run in chunks, each
-padded only to its own longest row (`encoder.encode_by_length`).
+token length; here their rows are sorted by length and run in chunks of similar
+length, each padded only to its own longest row (`encoder.encode_by_length`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from encoder import CHUNK_ROWS, create_session, encode_by_length, plan_session, shape_error
+from encoder import PADDING_RATIO, create_session, encode_by_length, plan_session, shape_error
 
 
 class TritonPythonModel:
@@ -32,7 +32,7 @@ class TritonPythonModel:
             cpu_instances,
         )
         self.session = create_session(os.path.join(version_dir, plan.model_file), plan)
-        self.chunk_rows = int(params.get("chunk_rows", CHUNK_ROWS))
+        self.padding_ratio = float(params.get("padding_ratio", PADDING_RATIO))
         self.dimension = int(output["dims"][-1])
         produced = self.session.get_outputs()[0].shape[-1]
         if produced != self.dimension:
@@ -55,7 +55,7 @@ class TritonPythonModel:
             masks.append(pair[1])
             valid.append(index)
         if valid:
-            parts = encode_by_length(self._run, ids, masks, self.chunk_rows)
+            parts = encode_by_length(self._run, ids, masks, self.padding_ratio)
             for index, part in zip(valid, parts, strict=True):
                 responses[index] = pb_utils.InferenceResponse(
                     [pb_utils.Tensor("EMBEDDING", part.astype(np.float32, copy=False))]

@@ -67,6 +67,20 @@ def test_gpu_instances_run_fp16_on_cuda_or_tensorrt() -> None:
     assert trt.providers[0][1]["trt_fp16_enable"] == "True"
 
 
+def test_chunk_sizes_bound_the_padding_of_each_chunk() -> None:
+    assert encoder.chunk_sizes(np.array([9, 9, 9, 9])) == [4]  # equal lengths: no padding, one call
+    assert encoder.chunk_sizes(np.array([3, 40, 41, 42])) == [1, 3]  # a short row is not padded to 40
+    assert encoder.chunk_sizes(np.array([1, 2, 3, 4, 5, 6, 7]), padding_ratio=1.5) == [3, 4]
+    assert encoder.chunk_sizes(np.array([], dtype=np.int64)) == []
+    lengths = np.sort(np.random.default_rng(0).integers(5, 140, size=64))
+    start = 0
+    for size in encoder.chunk_sizes(lengths, 1.15):
+        chunk = lengths[start : start + size]
+        assert size == 1 or size * chunk.max() <= 1.15 * chunk.sum()
+        start += size
+    assert start == len(lengths)
+
+
 def test_encode_by_length_pads_each_chunk_to_its_own_longest_and_keeps_request_order() -> None:
     # Three requests, right-padded to their own longest row, lengths 1..7 in mixed order.
     lengths = [[7, 2], [1], [5, 3, 6, 4]]
@@ -84,8 +98,8 @@ def test_encode_by_length_pads_each_chunk_to_its_own_longest_and_keeps_request_o
         assert batch_ids.shape[1] == max(calls[-1])  # no padding beyond the chunk's longest row
         return np.stack([batch_mask.sum(axis=1), batch_ids[:, 0]], axis=1).astype(np.float32)
 
-    parts = encoder.encode_by_length(run, ids, masks, chunk_rows=3)
-    assert calls == [(1, 2, 3), (4, 5, 6), (7,)]
+    parts = encoder.encode_by_length(run, ids, masks, padding_ratio=1.5)
+    assert calls == [(1, 2, 3), (4, 5, 6, 7)]
     assert [p[:, 0].tolist() for p in parts] == [[7.0, 2.0], [1.0], [5.0, 3.0, 6.0, 4.0]]
     assert [p[:, 1].tolist() for p in parts] == [[701.0, 201.0], [101.0], [501.0, 301.0, 601.0, 401.0]]
     assert encoder.encode_by_length(run, [], []) == []
