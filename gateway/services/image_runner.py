@@ -1,7 +1,7 @@
 """The background side of image tasks: submitting to the upstream, polling, timeouts and expiry.
 
-Each replica runs one `ImageTaskRunner`. Its scanner reads the unfinished tasks from the store every
-`scan_interval_seconds`, so a task survives any replica: a restarted or surviving replica finds it
+Each replica runs one `ImageTaskRunner`. Its scanner reads the unfinished tasks that are due (`Task.due_at`)
+from the store every `scan_interval_seconds`, so a task survives any replica: a restarted or surviving replica finds it
 still pending (and submits it) or processing (and polls it once its webhook is overdue). Submitting
 and polling a task each take a short lease in the store first, so one replica at a time does it;
 the time of the next attempt or poll is kept on the task, so the back-off continues wherever the
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 PURGE_EVERY_SECONDS = 60.0
 MAX_CONCURRENT_POLLS = 64
+MAX_DUE_PER_SCAN = 500  # the earliest due first; the rest wait for the next scan
 
 
 class ImageQueue(Protocol):
@@ -105,10 +106,11 @@ class ImageTaskRunner:
 
     async def scan_once(self) -> None:
         now = self._ledger.clock()
-        tasks = await self._store.unfinished()
+        counts = await self._store.count_unfinished()
         for state in (TaskState.PENDING, TaskState.PROCESSING):
-            metrics.IMAGE_TASKS.labels(state=state.value).set(sum(task.state == state for task in tasks))
-        for task in tasks:
+            metrics.IMAGE_TASKS.labels(state=state.value).set(counts.get(state, 0))
+        # Only the tasks due by now, from the store's index: the scan costs what is due, not what is open.
+        for task in await self._store.due(now, MAX_DUE_PER_SCAN):
             if task.id in self._busy:
                 continue
             if now >= task.deadline_at:

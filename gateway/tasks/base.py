@@ -13,7 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Protocol
 
 from gateway.errors import UpstreamUnavailableError
-from gateway.tasks.model import Task
+from gateway.tasks.model import Task, TaskState
 
 
 class TaskStoreError(UpstreamUnavailableError):
@@ -44,8 +44,13 @@ class TaskStore(Protocol):
         the task is gone. A terminal task gets its `expires_at` as expiry."""
         ...
 
-    async def unfinished(self) -> list[Task]:
-        """Every pending or processing task (what a restarted replica must pick up)."""
+    async def due(self, now: float, limit: int | None = None) -> list[Task]:
+        """The pending and processing tasks with `due_at <= now` (earliest first, at most `limit`): what a
+        scanner must act on. `due(math.inf)` is every unfinished task (what a restarted replica picks up)."""
+        ...
+
+    async def count_unfinished(self) -> dict[TaskState, int]:
+        """How many tasks are pending and processing, without reading them."""
         ...
 
     async def acquire_lease(self, name: str, owner: str, ttl_seconds: float) -> bool:

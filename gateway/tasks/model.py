@@ -31,6 +31,9 @@ class TaskState(str, Enum):
         return self in TERMINAL_STATES
 
 
+# The replica that accepts a task queues it at once; other replicas' scanners only look at it once it has been
+# pending this long (its replica may have died), so a healthy replica's fresh tasks are not read by every scan.
+PENDING_PICKUP_SECONDS = 5.0
 TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
 _NEXT: dict[TaskState, frozenset[TaskState]] = {
     TaskState.PENDING: frozenset({TaskState.PROCESSING, *TERMINAL_STATES}),
@@ -84,6 +87,16 @@ class Task:
     @staticmethod
     def new_id() -> str:
         return f"task_{uuid.uuid4().hex}"
+
+    @property
+    def due_at(self) -> float:
+        """When a scanner must look at this unfinished task next: its deadline, or sooner its next submit
+        attempt (pending) or its next status poll (processing). Stores index unfinished tasks by it."""
+        if self.state == TaskState.PENDING:
+            due = self.next_attempt_at if self.next_attempt_at is not None else self.created_at + PENDING_PICKUP_SECONDS
+        else:
+            due = self.poll_after if self.poll_after is not None else self.deadline_at
+        return min(due, self.deadline_at)
 
     def moved(self, state: TaskState, now: float, **changes: Any) -> Task:
         """A copy in `state` with `changes`, next version; raises on a backward move."""

@@ -4,7 +4,7 @@ Keys (prefix `gateway:tasks:` by default):
 
     {prefix}task:{id}      hash: version, state, expires_at, record (`Task.to_json()`)
     {prefix}idem:{key}     string: the id of the task holding the idempotency key
-    {prefix}unfinished     set of the ids of pending and processing tasks
+    {prefix}due:{state}    sorted set per unfinished state (pending, processing): task ids by `Task.due_at`
     {prefix}lease:{name}   string: the owner, with a PX expiry (on Redis' clock)
     {prefix}changed        pub/sub channel: '{origin} {id}' for each saved task (origin: the saving store)
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections import Counter
@@ -40,12 +41,13 @@ from redis.exceptions import RedisError
 
 from gateway.cache.redis_store import redis_client
 from gateway.tasks.base import ChangeNotifier, TaskChanges, TaskStoreError
-from gateway.tasks.model import TERMINAL_STATES, Task
+from gateway.tasks.model import TERMINAL_STATES, Task, TaskState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STORE_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
+OPEN_STATES = tuple(state for state in TaskState if not state.terminal)
 MIN_TERMINAL_TTL_MS = 1000  # an ended task stays readable long enough for its watchers to see the outcome
 RECONNECT_DELAYS = (0.05, 2.0)  # first and longest pause between pub/sub reconnection attempts, seconds
 
@@ -65,7 +67,7 @@ class RedisTaskStore:
         self._client = redis_client(url, timeout_seconds)
         self._timeout_seconds = timeout_seconds
         self._prefix = key_prefix
-        self._unfinished = key_prefix + "unfinished"
+        self._due = [key_prefix + "due:" + state.value for state in OPEN_STATES]
         self._channel = key_prefix + "changed"
         self._unfinished_ttl_ms = max(1, round(unfinished_ttl_seconds * 1000))
         self._clock = clock
@@ -93,7 +95,7 @@ class RedisTaskStore:
     async def create(self, task: Task) -> tuple[Task, bool]:
         keys = self._keys(task)
         args: list[str | int] = [task.id, task.version, task.state.value, _number(task.expires_at), task.to_json()]
-        args += [int(task.state.terminal), self._ttl_ms(task), self._prefix, repr(self._clock())]
+        args += [int(task.state.terminal), self._ttl_ms(task), self._prefix, repr(self._clock()), repr(task.due_at)]
         reply = await self._call("create", lambda: self._create(keys=keys, args=args))
         return (task, True) if reply == 1 else (_decode(reply), False)
 
@@ -106,13 +108,43 @@ class RedisTaskStore:
         keys = self._keys(task)
         args: list[str | int] = [task.id, task.version - 1, task.version, task.state.value, _number(task.expires_at)]
         args += [task.to_json(), int(task.state.terminal), self._ttl_ms(task), self._channel, self._origin]
+        args.append(repr(task.due_at))
         if not await self._call("save", lambda: self._save(keys=keys, args=args)):
             return False
         self._notifier.notify(task.id)  # watchers here need not wait for the round trip through Redis
         return True
 
-    async def unfinished(self) -> list[Task]:
-        return [task for task in await self._unfinished_tasks() if not task.state.terminal]
+    async def due(self, now: float, limit: int | None = None) -> list[Task]:
+        """Each state's due ids (at most `limit` each), then the earliest `limit` of their records; ids whose
+        record has gone (expired by the safety TTL, flushed) are taken out of the index."""
+        bound = "+inf" if now == math.inf else repr(now)
+        start, num = (None, None) if limit is None else (0, limit)
+
+        async def ranges() -> list[list[tuple[bytes, float]]]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key in self._due:
+                    pipe.zrangebyscore(key, "-inf", bound, start=start, num=num, withscores=True)
+                return list(await pipe.execute())
+
+        due = sorted((score, _text(member)) for found in await self._call("due", ranges) for member, score in found)
+        ids = [task_id for _, task_id in due[:limit]]
+        if not ids:
+            return []
+        records = await self._call("due", lambda: self._records(ids))
+        stale = [task_id for task_id, record in zip(ids, records, strict=True) if record is None]
+        if stale:
+            await self._call("due", lambda: self._forget(stale))
+        tasks = [_decode(record) for record in records if record is not None]
+        return [task for task in tasks if not task.state.terminal]
+
+    async def count_unfinished(self) -> dict[TaskState, int]:
+        async def cards() -> list[int]:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key in self._due:
+                    pipe.zcard(key)
+                return list(await pipe.execute())
+
+        return dict(zip(OPEN_STATES, await self._call("count_unfinished", cards), strict=True))
 
     async def acquire_lease(self, name: str, owner: str, ttl_seconds: float) -> bool:
         keys, args = [self._prefix + "lease:" + name], [owner, str(max(1, round(ttl_seconds * 1000)))]
@@ -139,8 +171,7 @@ class RedisTaskStore:
                 del self._watched[task_id]
 
     async def purge_expired(self, now: float) -> int:
-        """Redis drops ended tasks by TTL; only the ids of vanished tasks are taken out of `unfinished`."""
-        await self._unfinished_tasks()
+        """Redis drops ended tasks by TTL (`due` forgets the ids of vanished unfinished ones)."""
         return 0
 
     async def ping(self) -> bool:
@@ -148,18 +179,6 @@ class RedisTaskStore:
             return bool(await self._call("ping", self._client.ping))
         except TaskStoreError:
             return False
-
-    async def _unfinished_tasks(self) -> list[Task]:
-        """The tasks listed in `unfinished`; ids whose record has gone (expired, flushed) are removed."""
-        members = await self._call("unfinished", lambda: self._client.smembers(self._unfinished))
-        ids = sorted(_text(member) for member in members)
-        if not ids:
-            return []
-        records = await self._call("unfinished", lambda: self._records(ids))
-        stale = [id_ for id_, record in zip(ids, records, strict=True) if record is None]
-        if stale:
-            await self._call("unfinished", lambda: self._client.srem(self._unfinished, *stale))
-        return [_decode(record) for record in records if record is not None]
 
     async def _records(self, ids: list[str]) -> list[bytes | None]:
         async with self._client.pipeline(transaction=False) as pipe:
@@ -212,10 +231,16 @@ class RedisTaskStore:
     def _task_key(self, task_id: str) -> str:
         return self._prefix + "task:" + task_id
 
+    async def _forget(self, ids: list[str]) -> None:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key in self._due:
+                pipe.zrem(key, *ids)
+            await pipe.execute()
+
     def _keys(self, task: Task) -> list[str]:
-        """KEYS of the create and save scripts: task, unfinished[, idem]."""
+        """KEYS of the create and save scripts: task, due:pending, due:processing[, idem]."""
         idem = [] if task.idempotency_key is None else [self._prefix + "idem:" + task.idempotency_key]
-        return [self._task_key(task.id), self._unfinished, *idem]
+        return [self._task_key(task.id), *self._due, *idem]
 
     def _ttl_ms(self, task: Task) -> int:
         if task.state.terminal and task.expires_at is not None:
@@ -242,18 +267,32 @@ def _decode(record: Any) -> Task:
 
 
 _TERMINAL_LUA = "{" + ", ".join(f"[{state.value!r}] = true" for state in sorted(TERMINAL_STATES)) + "}"
+# Moves the task's id (ARGV[1]) into the due set of its new state (ARGV[state]) at score ARGV[due], or out of all.
+_INDEX_LUA = (
+    "local function index(state, due)\n"
+    + "".join(f"  redis.call('ZREM', KEYS[{n}], ARGV[1])\n" for n in range(2, 2 + len(OPEN_STATES)))
+    + "".join(
+        f"  if state == {state.value!r} then redis.call('ZADD', KEYS[{n}], due, ARGV[1]) end\n"
+        for n, state in enumerate(OPEN_STATES, start=2)
+    )
+    + "end\n"
+)
+_IDEM = f"KEYS[{2 + len(OPEN_STATES)}]"
 
-# KEYS: task, unfinished[, idem]. ARGV: id, version, state, expires_at ('' = none), record, terminal (1/0),
-# ttl_ms, prefix, now (store clock). Returns 1 when stored, else the record of the task already holding the
-# key (or stored under the same id). A holder past its expires_at, or gone, leaves the key free.
-_CREATE_LUA = """
+# KEYS: task, due:pending, due:processing[, idem]. ARGV: id, version, state, expires_at ('' = none), record,
+# terminal (1/0), ttl_ms, prefix, now (store clock), due_at. Returns 1 when stored, else the record of the
+# task already holding the key (or stored under the same id). A holder past its expires_at, or gone, leaves
+# the key free.
+_CREATE_LUA = (
+    _INDEX_LUA
+    + """
 local function live(key)
   local held = redis.call('HMGET', key, 'record', 'expires_at')
   if held[1] and (held[2] == '' or tonumber(held[2]) >= tonumber(ARGV[9])) then return held[1] end
   return nil
 end
-if KEYS[3] then
-  local holder = redis.call('GET', KEYS[3])
+if IDEM then
+  local holder = redis.call('GET', IDEM)
   local record = holder and live(ARGV[8] .. 'task:' .. holder)
   if record then return record end
 end
@@ -262,27 +301,31 @@ if record then return record end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3], 'expires_at', ARGV[4], 'record', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
-if KEYS[3] then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[7]) end
-if ARGV[6] == '0' then redis.call('SADD', KEYS[2], ARGV[1]) end
+if IDEM then redis.call('SET', IDEM, ARGV[1], 'PX', ARGV[7]) end
+index(ARGV[3], ARGV[10])
 return 1
 """
+).replace("IDEM", _IDEM)
 
-# KEYS: task, unfinished[, idem]. ARGV: id, expected version, version, state, expires_at, record, terminal (1/0),
-# ttl_ms, channel, origin. Returns 1 when written and announced ('{origin} {id}'), 0 when the stored version
-# differs, the stored task has ended, or it is gone.
-_SAVE_LUA = f"""
+# KEYS: task, due:pending, due:processing[, idem]. ARGV: id, expected version, version, state, expires_at, record,
+# terminal (1/0), ttl_ms, channel, origin, due_at. Returns 1 when written and announced ('{origin} {id}'),
+# 0 when the stored version differs, the stored task has ended, or it is gone.
+_SAVE_LUA = (
+    _INDEX_LUA
+    + f"""
 local terminal = {_TERMINAL_LUA}
 local stored = redis.call('HMGET', KEYS[1], 'version', 'state')
 if not stored[1] or tonumber(stored[1]) ~= tonumber(ARGV[2]) or terminal[stored[2]] then return 0 end
 redis.call('HSET', KEYS[1], 'version', ARGV[3], 'state', ARGV[4], 'expires_at', ARGV[5], 'record', ARGV[6])
 if ARGV[7] == '1' then
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
-  redis.call('SREM', KEYS[2], ARGV[1])
-  if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[1] then redis.call('PEXPIRE', KEYS[3], ARGV[8]) end
+  if {_IDEM} and redis.call('GET', {_IDEM}) == ARGV[1] then redis.call('PEXPIRE', {_IDEM}, ARGV[8]) end
 end
+index(ARGV[4], ARGV[11])
 redis.call('PUBLISH', ARGV[9], ARGV[10] .. ' ' .. ARGV[1])
 return 1
 """
+)
 
 # KEYS: lease. ARGV: owner, ttl_ms. Takes a free lease or extends the owner's own; 0 while another holds it.
 _ACQUIRE_LUA = """

@@ -1,7 +1,8 @@
 """`TaskStore` on an SQLite file: the embedded default, for one gateway process.
 
-Layout: table `tasks` (id, state, version, idempotency_key UNIQUE, expires_at, record = `Task.to_json()`) and
-table `leases` (name, owner, expires_at on the store's clock).
+Layout: table `tasks` (id, state, version, idempotency_key UNIQUE, expires_at, due_at = `Task.due_at`, record =
+`Task.to_json()`; unfinished tasks indexed by due_at) and table `leases` (name, owner, expires_at on the store's
+clock). A file from before due_at gets the column on open, 0 for every row: each is due once, then indexed.
 
 The connection runs in autocommit mode: every statement is its own transaction, committed to the WAL before
 the call returns, so a process killed right after a write loses nothing and the next process on the same
@@ -34,23 +35,28 @@ CREATE TABLE IF NOT EXISTS tasks (
     version INTEGER NOT NULL,
     idempotency_key TEXT UNIQUE,
     expires_at REAL,
+    due_at REAL NOT NULL DEFAULT 0,
     record TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state);
-CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_at) WHERE expires_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
 """
-_OPEN_STATES = tuple(state.value for state in TaskState if not state.terminal)
-_IS_OPEN = f"state IN ({', '.join('?' * len(_OPEN_STATES))})"
+# Literal states, not parameters: SQLite uses a partial index only when the query's WHERE visibly implies its own.
+_IS_OPEN = f"state IN ({', '.join(repr(state.value) for state in TaskState if not state.terminal)})"
+_INDEXES = f"""
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state);
+CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS tasks_due ON tasks (due_at) WHERE {_IS_OPEN};
+"""
 
 _INSERT = (
-    "INSERT INTO tasks (id, state, version, idempotency_key, expires_at, record) VALUES (?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT DO NOTHING"
+    "INSERT INTO tasks (id, state, version, idempotency_key, expires_at, due_at, record) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 # The task holding the key, else one stored under the same id (a create retried after a lost answer).
 _HOLDER = "SELECT record FROM tasks WHERE idempotency_key = ? OR id = ? ORDER BY idempotency_key IS ? DESC LIMIT 1"
 _UPDATE = (
-    f"UPDATE tasks SET state = ?, version = ?, expires_at = ?, record = ? WHERE id = ? AND version = ? AND {_IS_OPEN}"
+    "UPDATE tasks SET state = ?, version = ?, expires_at = ?, due_at = ?, record = ? "
+    f"WHERE id = ? AND version = ? AND {_IS_OPEN}"
 )
 _ACQUIRE = (
     "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
@@ -96,7 +102,7 @@ class SqliteTaskStore:
                 await self._write(
                     "create", "DELETE FROM tasks WHERE idempotency_key = ? AND expires_at < ?", (key, self._clock())
                 )
-            row = (task.id, task.state.value, task.version, key, task.expires_at, task.to_json())
+            row = (task.id, task.state.value, task.version, key, task.expires_at, task.due_at, task.to_json())
             if await self._write("create", _INSERT, row):
                 return task, True
             records = await self._read("create", _HOLDER, (key, task.id, key))
@@ -110,17 +116,22 @@ class SqliteTaskStore:
         return _decode(records[0]) if records else None
 
     async def save(self, task: Task) -> bool:
-        values = (task.state.value, task.version, task.expires_at, task.to_json(), task.id, task.version - 1)
-        if not await self._write("save", _UPDATE, (*values, *_OPEN_STATES)):
+        values = (task.state.value, task.version, task.expires_at, task.due_at, task.to_json(), task.id)
+        if not await self._write("save", _UPDATE, (*values, task.version - 1)):
             return False
         self._notifier.notify(task.id)
         return True
 
-    async def unfinished(self) -> list[Task]:
-        records = await self._read(
-            "unfinished", f"SELECT record FROM tasks WHERE {_IS_OPEN} ORDER BY rowid", _OPEN_STATES
-        )
+    async def due(self, now: float, limit: int | None = None) -> list[Task]:
+        sql = f"SELECT record FROM tasks WHERE {_IS_OPEN} AND due_at <= ? ORDER BY due_at, rowid LIMIT ?"
+        records = await self._read("due", sql, (now, -1 if limit is None else limit))
         return [_decode(record) for record in records]
+
+    async def count_unfinished(self) -> dict[TaskState, int]:
+        rows = await self._rows(
+            "count_unfinished", f"SELECT state, COUNT(*) FROM tasks WHERE {_IS_OPEN} GROUP BY state"
+        )
+        return {TaskState(str(state)): int(count) for state, count in rows}
 
     async def acquire_lease(self, name: str, owner: str, ttl_seconds: float) -> bool:
         now = self._clock()
@@ -150,10 +161,12 @@ class SqliteTaskStore:
 
     async def _read(self, operation: str, sql: str, parameters: Sequence[object]) -> list[str]:
         """The first column of every row, as text."""
+        return [str(row[0]) for row in await self._rows(operation, sql, parameters)]
+
+    async def _rows(self, operation: str, sql: str, parameters: Sequence[object] = ()) -> list[sqlite3.Row]:
         db = await self._connection()
         with self._translated(operation):
-            rows = await db.execute_fetchall(sql, parameters)
-        return [str(row[0]) for row in rows]
+            return list(await db.execute_fetchall(sql, parameters))
 
     async def _connection(self) -> aiosqlite.Connection:
         if self._db is not None:
@@ -172,6 +185,10 @@ class SqliteTaskStore:
             await db.execute("PRAGMA journal_mode = WAL")
             await db.execute("PRAGMA synchronous = NORMAL")
             await db.executescript(_SCHEMA)
+            columns = {row[1] for row in await db.execute_fetchall("PRAGMA table_info(tasks)")}
+            if "due_at" not in columns:  # a file from before the due index
+                await db.execute("ALTER TABLE tasks ADD COLUMN due_at REAL NOT NULL DEFAULT 0")
+            await db.executescript(_INDEXES)
         except BaseException:
             await db.close()
             raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import os
 import signal
 import sqlite3
@@ -133,7 +134,7 @@ def test_idempotency_key_returns_the_first_task_and_stores_nothing_new(backend: 
             assert await store.create(second) == (first, False)
             assert await store.create(first) == (first, False)  # a retried create of the same task
             assert await store.get(second.id) is None
-            assert [task.id for task in await store.unfinished()] == [first.id]
+            assert [task.id for task in await store.due(math.inf)] == [first.id]
 
     run(scenario())
 
@@ -149,7 +150,7 @@ def test_concurrent_creates_with_one_key_create_exactly_one(backend: Backend) ->
             winners = [task for task, created in results if created]
             assert len(winners) == 1
             assert {task.id for task, _ in results} == {winners[0].id}
-            assert [task.id for task in await one.unfinished()] == [winners[0].id]
+            assert [task.id for task in await one.due(math.inf)] == [winners[0].id]
 
     run(scenario())
 
@@ -185,8 +186,40 @@ def test_unfinished_lists_pending_and_processing_only(backend: Backend) -> None:
                     assert await store.save(task.moved(state, backend.clock()))
                 elif state.terminal:
                     assert await store.save(ended(task, backend.clock, state))
-            found = {task.id: task.state for task in await store.unfinished()}
+            found = {task.id: task.state for task in await store.due(math.inf)}
             assert found == {tasks[state].id: state for state in (TaskState.PENDING, TaskState.PROCESSING)}
+
+    run(scenario())
+
+
+def test_due_returns_only_what_a_scanner_must_act_on_earliest_first(backend: Backend) -> None:
+    clock = backend.clock
+    now = clock()
+    fresh = new_task(clock)  # queued by the replica that took it; others look only after the pickup delay
+    retry = dataclasses.replace(new_task(clock), next_attempt_at=now - 1)
+    later = dataclasses.replace(new_task(clock), next_attempt_at=now + 60)
+    polled = new_task(clock)
+    overdue = dataclasses.replace(new_task(clock), deadline_at=now - 5)
+    waiting = new_task(clock)
+
+    async def scenario() -> None:
+        async with opened(backend.make) as store:
+            for task in (fresh, retry, later, polled, overdue, waiting):
+                await store.create(task)
+            assert await store.save(polled.moved(TaskState.PROCESSING, now, poll_after=now - 2))
+            assert await store.save(waiting.moved(TaskState.PROCESSING, now, poll_after=now + 30))
+            assert [t.id for t in await store.due(now)] == [overdue.id, polled.id, retry.id]
+            assert [t.id for t in await store.due(now, limit=2)] == [overdue.id, polled.id]
+            assert {t.id for t in await store.due(fresh.due_at)} == {
+                overdue.id,
+                polled.id,
+                retry.id,
+                fresh.id,
+            }
+            assert await store.count_unfinished() == {TaskState.PENDING: 4, TaskState.PROCESSING: 2}
+            assert await store.save(ended(overdue, clock, TaskState.FAILED))
+            assert [t.id for t in await store.due(now)] == [polled.id, retry.id]
+            assert await store.count_unfinished() == {TaskState.PENDING: 3, TaskState.PROCESSING: 2}
 
     run(scenario())
 
@@ -246,7 +279,7 @@ def test_purge_expired_removes_ended_tasks_and_frees_their_idempotency_key(backe
             again = new_task(backend.clock, "key-old")
             assert await store.create(again) == (again, True)
             assert await store.get(running.id) == running
-            assert {t.id for t in await store.unfinished()} == {running.id, again.id}
+            assert {t.id for t in await store.due(math.inf)} == {running.id, again.id}
 
     run(scenario())
 
@@ -318,7 +351,7 @@ def test_redis_store_fails_while_redis_is_down_and_recovers_with_its_watchers(
     run(scenario())
 
 
-def test_redis_terminal_save_sets_the_retention_ttl_and_leaves_the_unfinished_set(redis_url: str) -> None:
+def test_redis_terminal_save_sets_the_retention_ttl_and_leaves_the_due_index(redis_url: str) -> None:
     clock = ManualClock()
     task = new_task(clock, "key-ttl")
     client = redis.Redis.from_url(redis_url)
@@ -328,11 +361,11 @@ def test_redis_terminal_save_sets_the_retention_ttl_and_leaves_the_unfinished_se
         async with opened(lambda: RedisTaskStore(redis_url, clock=clock)) as store:
             await store.create(task)
             assert client.ttl(task_key) > 6 * 24 * 3600  # the safety TTL of an unfinished task
-            assert client.sismember(f"{PREFIX}unfinished", task.id)
+            assert client.zscore(f"{PREFIX}due:pending", task.id) == task.due_at
             assert await store.save(ended(task, clock, retention=3600))
             assert 3590 <= client.ttl(task_key) <= 3600
             assert 3590 <= client.ttl(idem_key) <= 3600
-            assert not client.sismember(f"{PREFIX}unfinished", task.id)
+            assert client.zcard(f"{PREFIX}due:pending") == client.zcard(f"{PREFIX}due:processing") == 0
 
     run(scenario())
     client.close()
@@ -348,11 +381,9 @@ def test_redis_forgets_ids_whose_record_has_gone(redis_url: str) -> None:
             await store.create(kept)
             await store.create(lost)
             client.delete(f"{PREFIX}task:{lost.id}")  # as a TTL or an eviction would
-            assert [task.id for task in await store.unfinished()] == [kept.id]
-            assert client.smembers(f"{PREFIX}unfinished") == {kept.id.encode()}
-            client.delete(f"{PREFIX}task:{kept.id}")
-            assert await store.purge_expired(clock()) == 0
-            assert client.smembers(f"{PREFIX}unfinished") == set()
+            assert [task.id for task in await store.due(math.inf)] == [kept.id]
+            assert client.zrange(f"{PREFIX}due:pending", 0, -1) == [kept.id.encode()]
+            assert await store.count_unfinished() == {TaskState.PENDING: 1, TaskState.PROCESSING: 0}
 
     run(scenario())
     client.close()
@@ -407,7 +438,7 @@ def test_sqlite_writes_survive_a_killed_process(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         async with opened(lambda: SqliteTaskStore(path)) as store:
-            [task] = await store.unfinished()
+            [task] = await store.due(math.inf)
             assert (task.id, task.state, task.version, task.upstream_request_id) == (
                 "task_killed",
                 TaskState.PROCESSING,
@@ -420,6 +451,26 @@ def test_sqlite_writes_survive_a_killed_process(tmp_path: Path) -> None:
     run(scenario())
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_sqlite_file_from_before_the_due_index_is_migrated_and_its_tasks_are_due(tmp_path: Path) -> None:
+    path, clock = tmp_path / "old.sqlite3", ManualClock()
+    task = dataclasses.replace(new_task(clock), next_attempt_at=clock() + 60)
+    with closing(sqlite3.connect(path)) as db, db:  # the layout before due_at
+        db.execute(
+            "CREATE TABLE tasks (id TEXT PRIMARY KEY, state TEXT NOT NULL, version INTEGER NOT NULL, "
+            "idempotency_key TEXT UNIQUE, expires_at REAL, record TEXT NOT NULL)"
+        )
+        db.execute("INSERT INTO tasks VALUES (?, 'pending', 0, NULL, NULL, ?)", (task.id, task.to_json()))
+
+    async def scenario() -> None:
+        async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
+            assert [t.id for t in await store.due(clock())] == [task.id]  # due once, whatever its record says
+            assert await store.save(task.moved(TaskState.PENDING, clock(), submit_attempts=1))
+            assert await store.due(clock()) == []  # indexed by its due_at from now on
+            assert await store.count_unfinished() == {TaskState.PENDING: 1}
+
+    run(scenario())
 
 
 def test_sqlite_unusable_path_raises_task_store_error(tmp_path: Path) -> None:
