@@ -234,6 +234,13 @@ class ServerProcess:
     def cpu_seconds(self) -> float:
         return tree_cpu_seconds(self.pid)
 
+    def check_alive(self) -> None:
+        """Raise if the server has exited: its errors must not be reported as a slow system's."""
+        if self.process is not None and self.process.poll() is not None:
+            raise RuntimeError(
+                f"{self.name} exited with {self.process.returncode} during the benchmark; see {self.log_path}"
+            )
+
     def stop(self) -> None:
         process, self.process = self.process, None
         if process is None or process.poll() is not None:

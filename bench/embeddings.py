@@ -817,6 +817,8 @@ async def measure_rounds(
             for system, requests in ((TRITON_1, batches(texts, 1)), (TRITON_32, batches(texts, BATCH))):
                 stats, window = await measure_triton(triton_endpoint.grpc_target, requests, concurrency, triton_pid)
                 record(system, concurrency, stats, window, {})
+            for server in (triton_endpoint.server, uncached.server, cached.server):
+                server.check_alive()
         url = f"{cached.base_url}/v1/embeddings"
         stats, window = await cache_open_loop(url, texts, plan.cache_rate, plan.cache_seconds, cached.server.pid)
         opened.runs.append(stats)

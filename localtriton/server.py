@@ -25,6 +25,15 @@ from pathlib import Path
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001
 DEFAULT_METRICS_PORT = 8002
+# The python backend gives each model instance a shared-memory region for its tensors that grows
+# (1 MiB by default) when a batch does not fit. Growing it under concurrent load is the path of a
+# known abort (boost::interprocess::lock_exception, then SIGSEGV in the python backend; seen once in
+# a benchmark here, reported upstream as triton-inference-server/server#8882), so start every
+# region at a size a full batch fits in and grow in large steps.
+PYTHON_BACKEND_SHM_ARGS = (
+    "--backend-config=python,shm-default-byte-size=16777216",
+    "--backend-config=python,shm-growth-byte-size=16777216",
+)
 
 
 class TritonStartError(RuntimeError):
@@ -96,6 +105,7 @@ class TritonProcess:
             "--strict-readiness=true",
             "--exit-on-error=true",
             f"--exit-timeout-secs={self.exit_timeout_seconds}",
+            *PYTHON_BACKEND_SHM_ARGS,
             *self.extra_args,
         ]
 

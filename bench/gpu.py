@@ -1,0 +1,137 @@
+"""GPU part of `make bench`, run by `bench/gpu.sh` on a machine with an NVIDIA GPU.
+
+Triton serves the `bge` ensemble with `bge_onnx` as a KIND_GPU instance (the FP16 graph on ONNX
+Runtime's CUDA provider; the tokenizer stays on the CPU), and tritonclient's asyncio gRPC client
+sends the workload's texts in batches of 1 to 128, one batch in flight and then four, so that
+Triton's dynamic batcher has something to merge. A batch above the ensemble's max_batch_size (64)
+goes as several requests of 64 at once.
+
+Without a GPU (no working `nvidia-smi`) or without onnxruntime-gpu the part measures nothing and the
+report says why: GPU numbers are measured, never estimated.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import PartResult, Point, RunStats
+from bench.embeddings import CpuWindow, Series, batches, checkpoint_for, measure_triton, require_export
+from bench.stack import REPOSITORY, triton
+from bench.workload import texts as workload_texts
+
+PART = "gpu"
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
+MAX_REQUEST_TEXTS = 64  # the `bge` ensemble's max_batch_size
+BATCHES_IN_FLIGHT = (1, 4)
+QUICK_TEXTS = 256
+
+
+def gpu_unavailable() -> str | None:
+    """Why the GPU part cannot run here, or None; the first GPU's name goes into the notes otherwise."""
+    if shutil.which("nvidia-smi") is None:
+        return "no NVIDIA GPU on this machine (nvidia-smi not found)"
+    probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0 or "GPU" not in probe.stdout:
+        return f"no usable NVIDIA GPU (nvidia-smi -L: {(probe.stderr or probe.stdout).strip()[:200]})"
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return "onnxruntime has no CUDA provider: install onnxruntime-gpu (`pip install '.[gpu]'`; bench/gpu.sh does)"
+    return None
+
+
+def gpu_names() -> str:
+    query = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"]
+    lines = subprocess.run(query, capture_output=True, text=True, check=True).stdout.splitlines()
+    return "; ".join(line.strip() for line in lines if line.strip())
+
+
+def gpu_repository(source: Path, dest: Path) -> Path:
+    """A copy of the exported repository (model files linked, not copied) with `bge_onnx` on KIND_GPU."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from export.repository import ENCODER, parse, render
+
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(source, dest, copy_function=os.symlink, ignore=shutil.ignore_patterns("__pycache__"))
+    config_file = dest / ENCODER / "config.pbtxt"
+    config = parse(config_file.read_text())
+    for group in config.instance_group:
+        group.kind = mc.ModelInstanceGroup.KIND_GPU
+    config_file.unlink()  # a link to the source's config: write a file of its own
+    config_file.write_text(render(config))
+    return dest
+
+
+def requests_for(texts: list[str], batch_size: int, in_flight: int) -> tuple[list[list[str]], int]:
+    """The requests of one load and how many to keep in flight: `in_flight` batches of `batch_size`."""
+    per_request = min(batch_size, MAX_REQUEST_TEXTS)
+    return batches(texts, per_request), in_flight * max(1, batch_size // per_request)
+
+
+def series_name(in_flight: int) -> str:
+    return f"Triton gRPC, bge_onnx FP16 on CUDA, {in_flight} batch{'es' if in_flight > 1 else ''} in flight"
+
+
+async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: Path = REPOSITORY) -> PartResult:
+    result = PartResult(part=PART, x_label="batch size (texts)", throughput_unit="texts/s")
+    reason = gpu_unavailable()
+    if reason is not None:
+        result.notes.append(f"No GPU numbers: {reason}. Run bench/gpu.sh on a machine with an NVIDIA GPU.")
+        return result
+    require_export(repository)
+    if not (repository / "bge_onnx" / "1" / "model_fp16.onnx").is_file():
+        raise FileNotFoundError("no FP16 graph (bge_onnx/1/model_fp16.onnx): run `make export` first")
+    checkpoint = checkpoint_for(repository, None)
+    texts = workload_texts()[: QUICK_TEXTS if quick else None]
+    runs = 1 if quick else runs
+    log_dir = out_dir / "logs" / PART
+    endpoint = triton(log_dir, gpu_repository(repository, log_dir / "repository"))
+    server, target = endpoint.server, endpoint.grpc_target
+    series: dict[tuple[int, int], Series] = {}
+    began = time.monotonic()
+    server.start(endpoint.ready_url, timeout=600)  # TensorRT-free, but CUDA's start-up is slow
+    try:
+        for _ in range(runs):
+            for in_flight in BATCHES_IN_FLIGHT:
+                for batch_size in BATCH_SIZES:
+                    requests, concurrency = requests_for(texts, batch_size, in_flight)
+                    stats, window = await measure_triton(target, requests, concurrency, server.pid)
+                    record(series, in_flight, batch_size, stats, window)
+                server.check_alive()
+    finally:
+        server.stop()
+    result.points = [item.point() for item in series.values()]
+    result.table = [table_row(point) for point in result.points]
+    result.notes += [
+        f"GPU: {gpu_names()}; model {checkpoint.name}; {len(texts)} texts (half English, half Chinese); "
+        f"medians of {runs} runs; client: tritonclient.grpc.aio in the bench process",
+        f"Triton from the nvidia-pytriton wheel, python backend, ONNX Runtime CUDA provider; log {server.log_path}",
+        f"gpu part took {time.monotonic() - began:.0f} s",
+    ]
+    return result
+
+
+def record(
+    series: dict[tuple[int, int], Series], in_flight: int, batch_size: int, stats: RunStats, window: CpuWindow
+) -> None:
+    item = series.setdefault((in_flight, batch_size), Series(series_name(in_flight), batch_size))
+    item.runs.append(stats)
+    item.cpu.append(window.percent)
+
+
+def table_row(point: Point) -> dict[str, Any]:
+    return {
+        "system": point.system,
+        "batch size": int(point.x),
+        "texts/s": point.throughput,
+        "p50 ms": point.p50_ms,
+        "p99 ms": point.p99_ms,
+        "server CPU %": point.extra.get("server_cpu_percent", float("nan")),
+        "errors": int(point.extra.get("errors", 0)),
+    }
