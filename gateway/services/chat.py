@@ -193,12 +193,14 @@ class ChatService:
     ) -> AsyncGenerator[str, None]:
         """Forward each upstream chunk as it arrives; store the sequence if the answer ended normally."""
         chunks: list[dict[str, Any]] = []
+        keep_all = self._cache is not None  # else only the usage is needed, not every chunk decoded
         breaker = self._breakers[model]
         try:
             async with aclosing(events):
                 async for payload in events:
                     yield payload
-                    chunks.append(json.loads(payload))
+                    if keep_all or '"usage"' in payload:
+                        chunks.append(json.loads(payload))
             answer = ChatAnswer(chunks=chunks)
             _account(model, answer.usage, slot)
         except UpstreamError:

@@ -92,6 +92,7 @@ class SimulatorStats:
     streams_dropped: int = 0  # cut off on purpose (`drop_stream_after_chunks`)
     last_request: dict[str, Any] | None = None  # the last JSON body received, unknown fields included
     last_headers: dict[str, str] = field(default_factory=dict)
+    client_addresses: set[str] = field(default_factory=set)  # host:port of each connection requests came on
 
     @property
     def rate_limited(self) -> int:
@@ -161,8 +162,12 @@ class _Simulator:
         self._seed = config.seed
         self._random = random.Random(config.seed)
 
-    def record(self, body: dict[str, Any] | None, headers: Mapping[str, str], now: float) -> None:
+    def record(
+        self, body: dict[str, Any] | None, headers: Mapping[str, str], now: float, client: str | None = None
+    ) -> None:
         self.stats.requests_total += 1
+        if client is not None:
+            self.stats.client_addresses.add(client)
         self.stats.arrival_times.append(now)
         self.stats.last_request = body
         self.stats.last_headers = dict(headers)
@@ -408,7 +413,8 @@ async def chat_completions(request: Request) -> Response:
     simulator = _simulator(request)
     now = time.monotonic()
     body = await _json_body(request)
-    simulator.record(body, request.headers, now)
+    client = f"{request.client.host}:{request.client.port}" if request.client else None
+    simulator.record(body, request.headers, now, client)
     simulator.authenticate(request.headers.get("authorization"))
     payload = _validated(body, simulator.config.models)
     config = copy.copy(simulator.config)  # what this request runs with, whatever a test changes meanwhile

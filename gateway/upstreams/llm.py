@@ -9,6 +9,7 @@ the client already has data and a retry would duplicate it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -32,6 +33,7 @@ from gateway.settings import LLMSettings
 
 tracer = trace.get_tracer(__name__)
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+DRAIN_SECONDS = 1.0  # how long the end of a body may take after [DONE] before its connection is dropped
 
 
 class LLMUpstreamError(UpstreamError):
@@ -175,12 +177,14 @@ class LLMClient:
 async def _events(response: httpx.Response) -> AsyncGenerator[str, None]:
     """`data:` payloads of an SSE body. `aiter_lines` decodes UTF-8 incrementally, so a character split
     across network writes arrives whole."""
+    lines = response.aiter_lines()
     try:
-        async for line in response.aiter_lines():
+        async for line in lines:
             if not line.startswith("data:"):
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
+                await _drain(lines)
                 return
             yield data
     except httpx.HTTPError as exc:
@@ -188,6 +192,16 @@ async def _events(response: httpx.Response) -> AsyncGenerator[str, None]:
         raise LLMStreamBrokenError(f"chat upstream stream broke: {type(exc).__name__}") from exc
     metrics.LLM_ERRORS.labels(reason="stream_broken").inc()
     raise LLMStreamBrokenError("chat upstream stream ended without [DONE]")
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read the body's end after [DONE] (usually already received), so that the connection goes back to the
+    pool: a response closed before its end closes its connection, and the next call would pay a new TCP and
+    TLS handshake before its first token. An upstream that keeps the body open loses the connection instead."""
+    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in lines:
+                pass
 
 
 async def _error_of(response: httpx.Response) -> GatewayError:

@@ -98,6 +98,32 @@ def test_stream_forwards_chunks_as_they_arrive_and_replays_hits_chunk_by_chunk(
     assert [json.loads(p)["choices"] for p in replayed[:-1]] == [json.loads(p)["choices"] for p in expected[:-1]]
 
 
+def test_finished_streams_give_their_upstream_connection_back_to_the_pool(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    cache = CacheSettings(embedding_cache_mb=0, chat_cache_mb=0)  # no cache: streams still count their tokens
+    base = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), cache=cache).base_url
+    url = f"{base}/v1/chat/completions"
+
+    def completion_tokens() -> float:  # the registry is per process: compare, do not read absolutes
+        line = 'gateway_llm_tokens_total{kind="completion",model="hunyuan-turbos-latest"} '
+        text = http.get(f"{base}/metrics").text
+        return float(text.split(line)[1].split()[0]) if line in text else 0.0
+
+    before = completion_tokens()
+    for index in range(3):
+        with http.stream("POST", url, json=ask(f"question {index}", stream=True)) as response:
+            assert sse_payloads(response.iter_lines())[-1] == "[DONE]"
+    assert http.post(url, json=ask("question 3")).status_code == 200
+    # one connection for all four calls: none was closed (and none re-opened with a new handshake)
+    assert hunyuan_simulator.stats.requests_total == 4
+    assert len(hunyuan_simulator.stats.client_addresses) == 1
+    assert completion_tokens() - before >= 8  # each echo answer has at least 2 tokens
+
+
 def test_client_disconnect_cancels_the_upstream_stream(
     chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator
 ) -> None:
