@@ -154,6 +154,31 @@ def test_broken_upstream_stream_ends_with_an_error_event(
     assert hunyuan_simulator.stats.requests_total == 1  # after the first byte there is no retry
 
 
+def test_slow_silent_and_unreachable_upstreams_fail_in_the_error_shape(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    settings = llm(hunyuan_simulator, first_byte_timeout_seconds=0.3, max_retries=0)
+    url = f"{gateway_factory(triton.grpc_url, llm=settings).base_url}/v1/chat/completions"
+    hunyuan_simulator.config.ttft_seconds = 1.0  # no first byte within 0.3 s
+    slow = http.post(url, json=ask("slow start"))
+    assert slow.status_code == 504 and "in time" in slow.json()["error"]["message"]
+    hunyuan_simulator.config.ttft_seconds = 0.0
+    hunyuan_simulator.config.tokens_per_second = 2  # pieces 0.5 s apart: silent for longer than 0.3 s
+    with http.stream("POST", url, json=ask("a slow trickle of words", stream=True)) as response:
+        assert response.status_code == 200
+        payloads = sse_payloads(response.iter_lines())
+    assert payloads[-1] == "[DONE]" and "stream" in json.loads(payloads[-2])["error"]["message"]
+    unreachable = LLMSettings(base_url="http://127.0.0.1:9/v1", api_key=SecretStr(KEY), retry_base_seconds=0.01)
+    down = http.post(
+        f"{gateway_factory(triton.grpc_url, llm=unreachable).base_url}/v1/chat/completions", json=ask("hi")
+    )
+    assert down.status_code == 503 and "unreachable" in down.json()["error"]["message"]
+    assert KEY not in slow.text + down.text
+
+
 def test_429_and_5xx_before_the_first_byte_are_retried(
     chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
 ) -> None:
