@@ -37,7 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from bench.common import (
     RESULTS,
@@ -47,7 +47,6 @@ from bench.common import (
     ServerProcess,
     Target,
     closed_loop,
-    http_client,
     machine,
     median,
     summarize,
@@ -133,7 +132,7 @@ class AnswerError(Exception):
 class Probe:
     """Sends one kind of request through a route and records what a single latency cannot say."""
 
-    def __init__(self, client: httpx.AsyncClient, route: Route) -> None:
+    def __init__(self, client: aiohttp.ClientSession, route: Route) -> None:
         self.client = client
         self.route = route
         self.url = f"{route.base_url}/chat/completions"
@@ -144,9 +143,10 @@ class Probe:
 
     async def complete(self, index: int) -> int:
         try:
-            response = await self.client.post(self.url, json=self.route.body(stream=False), headers=self.headers)
-            if response.status_code != 200:
-                raise AnswerError(f"status {response.status_code}: {response.text[:200]}")
+            async with self.client.post(self.url, json=self.route.body(stream=False), headers=self.headers) as response:
+                body = await response.read()
+                if response.status != 200:
+                    raise AnswerError(f"status {response.status}: {body[:200]!r}")
         except Exception as exc:
             self.failures[_reason(exc)] += 1
             raise
@@ -157,13 +157,13 @@ class Probe:
         body = self.route.body(stream=True)
         started = time.perf_counter()
         try:
-            async with self.client.stream("POST", self.url, json=body, headers=self.headers) as response:
-                if response.status_code != 200:
-                    raise AnswerError(f"status {response.status_code}: {(await response.aread())[:200]!r}")
+            async with self.client.post(self.url, json=body, headers=self.headers) as response:
+                if response.status != 200:
+                    raise AnswerError(f"status {response.status}: {(await response.read())[:200]!r}")
                 self.open += 1
                 self.peak_open = max(self.peak_open, self.open)
                 try:
-                    ttft = await first_content_seconds(response.aiter_lines(), started)
+                    ttft = await first_content_seconds(decoded_lines(response), started)
                 finally:
                     self.open -= 1
         except Exception as exc:
@@ -171,6 +171,21 @@ class Probe:
             raise
         self.ttfts.append(ttft)
         return 1
+
+
+async def decoded_lines(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
+    async for line in response.content:
+        yield line.decode("utf-8")
+
+
+@contextlib.asynccontextmanager
+async def client_session(concurrency: int) -> AsyncIterator[aiohttp.ClientSession]:
+    """The load generator's pooled client: aiohttp, about a third of httpx's CPU per request, since it
+    shares the cores with the systems it measures."""
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
+    timeout = aiohttp.ClientTimeout(total=120)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**20) as session:
+        yield session
 
 
 async def first_content_seconds(lines: AsyncIterator[str], started: float) -> float:
@@ -383,7 +398,7 @@ def routes_to(phase: str, sim: Endpoint, gateways: Mapping[str, Endpoint], litel
 # -- measurements -------------------------------------------------------------------------------------
 
 Results = dict[int, dict[str, list[Sample]]]  # concurrency -> system -> one sample per round
-RunFunction = Callable[[httpx.AsyncClient, Route, int, int], Awaitable[Sample]]
+RunFunction = Callable[[aiohttp.ClientSession, Route, int, int], Awaitable[Sample]]
 
 
 async def measured(route: Route, load: Awaitable[RunStats], probe: Probe) -> Sample:
@@ -394,7 +409,7 @@ async def measured(route: Route, load: Awaitable[RunStats], probe: Probe) -> Sam
     return Sample(stats, proxy_after - proxy, upstream_after - upstream, failures=probe.failures)
 
 
-async def stream_run(client: httpx.AsyncClient, route: Route, total: int, concurrency: int) -> Sample:
+async def stream_run(client: aiohttp.ClientSession, route: Route, total: int, concurrency: int) -> Sample:
     """Streamed requests; the sample's latencies are times to first content, of completed streams only."""
     probe = Probe(client, route)
     sample = await measured(route, closed_loop(probe.stream, total=total, concurrency=concurrency), probe)
@@ -403,7 +418,7 @@ async def stream_run(client: httpx.AsyncClient, route: Route, total: int, concur
     return sample
 
 
-async def completion_run(client: httpx.AsyncClient, route: Route, total: int, concurrency: int) -> Sample:
+async def completion_run(client: aiohttp.ClientSession, route: Route, total: int, concurrency: int) -> Sample:
     """Non-streamed requests; counts the answers the gateway marked `X-Cache: hit`."""
     probe = Probe(client, route)
     sample = await measured(route, closed_loop(probe.complete, total=total, concurrency=concurrency), probe)
@@ -438,7 +453,7 @@ async def sweep(
     results: Results = {}
     for concurrency in concurrencies:
         log.info("%s at concurrency %d", getattr(run_one, "__name__", "run"), concurrency)
-        async with http_client(concurrency) as client:
+        async with client_session(concurrency) as client:
             sizes: dict[str, int] = {}
             for route in routes:
                 warm = await run_one(client, route, max(20, 4 * concurrency), concurrency)
@@ -448,7 +463,7 @@ async def sweep(
 
 
 async def _sized(
-    run_one: RunFunction, client: httpx.AsyncClient, sizes: Mapping[str, int], concurrency: int, route: Route
+    run_one: RunFunction, client: aiohttp.ClientSession, sizes: Mapping[str, int], concurrency: int, route: Route
 ) -> Sample:
     return await run_one(client, route, sizes[route.system], concurrency)
 
@@ -457,7 +472,7 @@ async def bursts(routes: Sequence[Route], plan: Plan) -> dict[str, list[Sample]]
     """`plan.streams` streams opened at once per route and round (no warm-up: keep-alive expires between
     bursts anyway, so every burst opens its connections)."""
     log.info("%d streams at once", plan.streams)
-    async with http_client(plan.streams) as client:
+    async with client_session(plan.streams) as client:
         return await rounds(
             routes, plan.runs, partial(stream_run, client, total=plan.streams, concurrency=plan.streams)
         )
