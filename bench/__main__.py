@@ -2,6 +2,7 @@
 
 Results go to bench/results/<UTC timestamp>/ (git-ignored): one `<part>.json` per part, `results.json`,
 `report.md` and the plots. A part that fails is recorded with its error; the others still run.
+SIGTERM or SIGINT stop the run and every server it started.
 """
 
 from __future__ import annotations
@@ -9,11 +10,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import inspect
 import logging
+import os
+import signal
 import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from bench.common import RESULTS, PartResult, machine
 from bench.report import PARTS, write_report
@@ -21,11 +26,18 @@ from bench.report import PARTS, write_report
 log = logging.getLogger("bench")
 
 
-async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool) -> None:
+async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool, options: dict[str, Any]) -> None:
+    """One part, with the options its `run` takes; its result (or its failure) is written to run_dir."""
     module = importlib.import_module(f"bench.{name}")
+    accepted = inspect.signature(module.run).parameters
     started = time.monotonic()
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    for signal_number in (signal.SIGTERM, signal.SIGINT):  # SIGINT is ignored by default in background jobs
+        loop.add_signal_handler(signal_number, task.cancel)  # cancelling unwinds the part, which stops its servers
     try:
-        result: PartResult = await module.run(run_dir, runs=runs, quick=quick)
+        extra = {key: value for key, value in options.items() if key in accepted and value is not None}
+        result: PartResult = await module.run(run_dir, runs=runs, quick=quick, **extra)
     except Exception as exc:  # one broken part must not cost the others' numbers
         log.error("part %s failed:\n%s", name, traceback.format_exc())
         result = PartResult(part=name, x_label="", throughput_unit="", notes=[f"failed: {type(exc).__name__}: {exc}"])
@@ -39,16 +51,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per measurement; medians are reported")
     parser.add_argument("--quick", action="store_true", help="tiny workloads: checks the harness, not the stack")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default bench/results/<time>)")
+    parser.add_argument("--repository", type=Path, help="embeddings, gpu: exported model repository")
+    parser.add_argument("--model", help="embeddings: the checkpoint it was exported from (default: packaged MiniLM)")
+    parser.add_argument("--no-infinity", dest="infinity", action="store_false", default=None, help="embeddings")
+    parser.add_argument("--data", type=Path, help="caches: folder with en/mrpc_test.tsv and zh/lcqmc_test.tsv")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.parts) - set(PARTS))
     if unknown:
         parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls; a line per request costs client CPU
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    options = {"repository": args.repository, "model": args.model, "infinity": args.infinity, "data": args.data}
     run_dir = args.out or RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in args.parts or PARTS:
         log.info("part %s", name)
-        asyncio.run(run_part(name, run_dir, runs=args.runs, quick=args.quick))
+        try:
+            asyncio.run(run_part(name, run_dir, runs=args.runs, quick=args.quick, options=options))
+        except asyncio.CancelledError:
+            print(f"interrupted during {name}; its servers are stopped, the parts done so far kept", file=sys.stderr)
+            write_report(run_dir, machine())
+            return 130
     report = write_report(run_dir, machine())
     print(report.read_text())
     print(f"written: {run_dir}")

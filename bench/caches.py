@@ -10,14 +10,11 @@ question it was made for: one made for another question than the one asked (or, 
 original) is a false hit. Measured per run, with a fresh gateway: upstream calls and calls saved per layer
 (`gateway_llm_upstream_calls_total`, `gateway_llm_calls_saved_total`), hits and false hits per kind.
 
-    python -m bench.caches [--data ../shared/data] [--runs 3] [--quick] [--out DIR]
+    python -m bench caches [--data ../shared/data] [--runs 3] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
 import logging
 import os
 import random
@@ -30,7 +27,7 @@ from typing import Any, Literal
 
 import httpx
 
-from bench.common import RESULTS, ROOT, PartResult, machine, median, percentile, running
+from bench.common import ROOT, PartResult, machine, median, percentile, running
 from bench.eval_cache import DATA_FILES, Pair, load_pairs, sample_pairs
 from bench.images import load_note, metric
 from bench.stack import gateway, hunyuan_simulator
@@ -279,7 +276,6 @@ async def run(
     pairs: Mapping[str, Sequence[Pair]] | None = None,
 ) -> PartResult:
     """Replay the workload (a new shuffle per run) through each configuration; medians over the runs."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a log line per request would load the client
     pairs = pairs if pairs is not None else load_data(data, PAIRS_PER_LANGUAGE[quick])
     log_dir = out_dir / "logs" / "caches"
     load_at_start = os.getloadavg()[0]
@@ -327,22 +323,3 @@ def notes(
     if quick:
         lines.append("Quick mode: a small workload; the numbers check the harness, not the caches.")
     return lines
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.caches", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--data", type=Path, default=DEFAULT_DATA, help="folder holding en/mrpc_test.tsv, zh/lcqmc_test.tsv"
-    )
-    parser.add_argument("--runs", type=int, default=3, help="runs per configuration; medians are reported")
-    parser.add_argument("--quick", action="store_true", help=f"{PAIRS_PER_LANGUAGE[True]} pairs per language")
-    parser.add_argument("--out", type=Path, default=RESULTS / "caches", help="folder for caches.json and logs")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    result = asyncio.run(run(args.out, runs=args.runs, quick=args.quick, data=args.data))
-    print(json.dumps({"table": result.table, "notes": result.notes}, indent=2, ensure_ascii=False))
-    print(f"written: {result.write(args.out)}")
-
-
-if __name__ == "__main__":
-    main()

@@ -15,12 +15,11 @@ order rotated by one per round, and each figure is the median over `runs` rounds
   [DONE] and no error event, how many were open at the same moment, and their added TTFT against the bare
   simulator under the same burst.
 
-    python -m bench.chat [--runs 3] [--quick] [--out bench/results/chat]
+    python -m bench chat [--runs 3] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
@@ -40,7 +39,6 @@ from typing import Any
 import aiohttp
 
 from bench.common import (
-    RESULTS,
     PartResult,
     Point,
     RunStats,
@@ -617,7 +615,6 @@ def plan_notes(plan: Plan) -> list[str]:
 async def run(out_dir: Path, *, runs: int = 3, quick: bool = False) -> PartResult:
     """Measure everything (quick: tiny loads, one round, 50 streams, no LiteLLM) and write chat.json."""
     plan = QUICK if quick else replace(Plan(), runs=max(runs, 1))
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a log line per request would cost client CPU
     notes = plan_notes(plan)
     if (note := raise_open_files(2 * plan.streams + 512)) is not None:
         notes.append(note)
@@ -629,21 +626,3 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False) -> PartResul
     result = assemble(plan, ttft, rps, streams, notes)
     result.write(out_dir)
     return result
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.chat", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="rounds per measurement; medians are reported")
-    parser.add_argument("--quick", action="store_true", help="tiny loads, one round, no LiteLLM: checks the harness")
-    parser.add_argument("--out", type=Path, default=RESULTS / "chat", help="folder for chat.json and logs")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    started = time.monotonic()
-    result = asyncio.run(run(args.out, runs=args.runs, quick=args.quick))
-    for target in result.targets:
-        print(f"{target.name}: {target.measured} (goal {target.goal}): {'met' if target.met else 'NOT MET'}")
-    print(f"written: {args.out / 'chat.json'} in {time.monotonic() - started:.0f} s")
-
-
-if __name__ == "__main__":
-    main()

@@ -16,22 +16,18 @@ figure is the median over the rounds. Each row carries the CPU the client, the s
 rest of the machine used meanwhile, since on a 2-core machine the load generator and anything else
 running compete with the servers for the same cores.
 
-    python -m bench.embeddings [--runs 3] [--quick] [--out DIR] [--repository DIR] [--model DIR_OR_ID]
+    python -m bench embeddings [--runs 3] [--quick] [--out DIR] [--repository DIR] [--model DIR_OR_ID] [--no-infinity]
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import contextlib
 import json
 import logging
 import math
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -43,7 +39,6 @@ import numpy as np
 import orjson
 
 from bench.common import (
-    RESULTS,
     ROOT,
     PartResult,
     Point,
@@ -885,47 +880,3 @@ async def cache_open_loop(
         return await measure_open(request, rate=rate, seconds=seconds, servers={"gateway": gateway_pid})
     finally:
         await session.aclose()
-
-
-# -- command line ---------------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.embeddings", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="rounds; medians are reported")
-    parser.add_argument("--quick", action="store_true", help="32 texts, concurrency 1 and 8, one run, no infinity")
-    parser.add_argument("--out", type=Path, default=None, help="results folder (default bench/results/<time>)")
-    parser.add_argument("--repository", type=Path, default=REPOSITORY, help="exported model repository")
-    parser.add_argument("--model", default=None, help="checkpoint it was exported from (default: packaged MiniLM)")
-    parser.add_argument("--no-infinity", action="store_true", help="leave infinity-emb out")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # the readiness polls
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    out = args.out or RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-
-    async def interruptible() -> PartResult:
-        """SIGTERM or SIGINT (ignored by default in background jobs) cancel the run, which stops its servers."""
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
-        assert task is not None
-        for signal_number in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signal_number, task.cancel)
-        options = {"runs": args.runs, "quick": args.quick, "repository": args.repository, "model": args.model}
-        return await run(out, **options, infinity=not args.no_infinity)
-
-    try:
-        result = asyncio.run(interruptible())
-    except asyncio.CancelledError:
-        print("interrupted; servers stopped", file=sys.stderr)
-        return 130
-    print(
-        json.dumps(
-            {"targets": [t.__dict__ for t in result.targets], "notes": result.notes}, indent=2, ensure_ascii=False
-        )
-    )
-    print(f"written: {out / f'{PART}.json'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -41,7 +41,7 @@ def gpu_unavailable() -> str | None:
     import onnxruntime as ort
 
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return "onnxruntime has no CUDA provider: install onnxruntime-gpu (`pip install '.[gpu]'`; bench/gpu.sh does)"
+        return "onnxruntime has no CUDA provider: install onnxruntime-gpu (bench/gpu.sh does)"
     return None
 
 

@@ -9,12 +9,11 @@
   succeeds upstream, so a task not `completed` by its deadline is lost) and the tasks the gateway found
   by polling (`gateway_image_tasks_completed_by_polling_total`).
 
-    python -m bench.images [--runs 3] [--quick] [--out DIR]
+    python -m bench images [--runs 3] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -34,7 +33,6 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.common import (
-    RESULTS,
     PartResult,
     Point,
     RunStats,
@@ -349,7 +347,6 @@ async def completion_run(stack: ImageStack, tasks: int) -> CompletionRun:
 
 async def run(out_dir: Path, *, runs: int = 3, quick: bool = False) -> PartResult:
     """Submit latency per task store and rate, then completion with 30 % of webhooks lost."""
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # a log line per request would load the client
     log_dir = out_dir / "logs" / "images"
     load_at_start = os.getloadavg()[0]
     cores = machine()["cores"]
@@ -462,19 +459,3 @@ def load_note(at_start: float) -> str:
         f"Load average (1 min) at the start / end of the part: {at_start:.1f} / {os.getloadavg()[0]:.1f} "
         f"on {len(os.sched_getaffinity(0))} cores; above the core count, other processes shared the CPUs."
     )
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.images", description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="runs per measurement; medians are reported")
-    parser.add_argument("--quick", action="store_true", help="short loads: checks the harness")
-    parser.add_argument("--out", type=Path, default=RESULTS / "images", help="folder for images.json and logs")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    result = asyncio.run(run(args.out, runs=args.runs, quick=args.quick))
-    print(json.dumps({"table": result.table, "targets": [vars(t) for t in result.targets]}, indent=2))
-    print(f"written: {result.write(args.out)}")
-
-
-if __name__ == "__main__":
-    main()
