@@ -73,3 +73,16 @@ def test_without_a_gpu_the_part_measures_nothing_and_the_report_says_why(
     result.write(tmp_path / "out")
     report = write_report(tmp_path / "out", MACHINE).read_text()
     assert "## gpu" in report and "No GPU numbers" in report
+
+
+def test_the_command_line_gives_each_part_only_the_options_it_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench.__main__ import main
+
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no nvidia-smi: the gpu part only says so
+    # --data and --no-infinity belong to other parts; the gpu part must run without them
+    assert main(["gpu", "--out", str(tmp_path / "run"), "--data", str(tmp_path), "--no-infinity"]) == 0
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "No GPU numbers" in report and "failed" not in report
