@@ -1,15 +1,23 @@
-"""FalQueueClient against a fake fal.ai queue (httpx.MockTransport)."""
+"""FalQueueClient against a fake fal.ai queue: a local HTTP server that answers with each test's handler.
+
+The handlers take and return httpx's Request/Response types (plain data here, nothing is sent by httpx);
+the client reaches the server over real HTTP through a resolver that sends every host to it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import aiohttp
 import httpx
 import pytest
+from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import SecretStr
 
 from gateway.errors import InvalidRequestError, OverloadedError, UpstreamUnavailableError
@@ -24,7 +32,8 @@ from gateway.upstreams.image_api import (
 )
 
 KEY = "fal-secret-key-1234"
-APP = "https://queue.fal.run/fal-ai/pika/requests/req-1"
+BASE = "http://queue.fal.run"
+APP = f"{BASE}/fal-ai/pika/requests/req-1"
 SUBMITTED = {
     "request_id": "req-1",
     "status_url": f"{APP}/status",
@@ -35,18 +44,75 @@ SUBMITTED = {
 Handler = Callable[[httpx.Request], httpx.Response]
 
 
-def _client(handler: Handler, api_key: str | None = KEY) -> FalQueueClient:
-    return FalQueueClient(
-        api_key=SecretStr(api_key) if api_key is not None else None, transport=httpx.MockTransport(handler)
-    )
+class _ToPort(AbstractResolver):
+    """Every host name resolves to 127.0.0.1:`port`."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        return [
+            {"hostname": host, "host": "127.0.0.1", "port": self.port, "family": socket.AF_INET, "proto": 0, "flags": 0}
+        ]
+
+    async def close(self) -> None:
+        pass
 
 
-def _run(handler: Handler, call: Callable[[FalQueueClient], Any], api_key: str | None = KEY) -> Any:
+async def _fake_fal(handler: Handler, delay: float) -> tuple[web.AppRunner, int]:
+    async def answer(request: web.Request) -> web.Response:
+        await asyncio.sleep(delay)
+        sent = httpx.Request(
+            request.method,
+            f"http://{request.host}{request.raw_path}",
+            headers=dict(request.headers),
+            content=await request.read(),
+        )
+        reply = handler(sent)
+        headers = {k: v for k, v in reply.headers.items() if k.lower() not in ("content-length", "content-encoding")}
+        return web.Response(status=reply.status_code, body=reply.content, headers=headers)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.SockSite(runner, socket.create_server(("127.0.0.1", 0)))
+    await site.start()
+    return runner, int(runner.addresses[0][1])
+
+
+def _run(
+    handler: Handler,
+    call: Callable[[FalQueueClient], Any],
+    api_key: str | None = KEY,
+    *,
+    delay: float = 0.0,
+    read_timeout: float = 5.0,
+    port: int | None = None,
+) -> Any:
+    """`call` on a client whose every host is the fake queue (or `port`, when given)."""
+
     async def main() -> Any:
-        async with _client(handler, api_key) as client:
-            return await call(client)
+        runner, served = await _fake_fal(handler, delay)
+        try:
+            async with FalQueueClient(
+                BASE,
+                SecretStr(api_key) if api_key is not None else None,
+                read_timeout_seconds=read_timeout,
+                resolver=_ToPort(port or served),
+            ) as client:
+                return await call(client)
+        finally:
+            await runner.cleanup()
 
     return asyncio.run(main())
+
+
+def _closed_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        return int(server.getsockname()[1])
 
 
 def test_submit_posts_arguments_with_key_and_url_encoded_webhook() -> None:
@@ -116,7 +182,7 @@ def test_status_result_cancel_use_the_urls_fal_gave() -> None:
     assert result == {"video": {"url": "https://v.fal.media/out.mp4"}}
     assert cancelled is True
     assert seen == [
-        ("POST", "https://queue.fal.run/fal-ai/pika/v2.2/text-to-video"),
+        ("POST", f"{BASE}/fal-ai/pika/v2.2/text-to-video"),
         ("GET", f"{APP}/status"),
         ("GET", f"{APP}/status"),
         ("GET", APP),
@@ -202,21 +268,17 @@ def test_missing_key_is_503_naming_the_variable_and_sends_nothing() -> None:
 
 
 def test_connection_error_is_unavailable() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("refused", request=request)
-
     with pytest.raises(ImageUnavailableError) as caught:
-        _run(handler, lambda c: c.submit({}, None))
+        _run(lambda r: httpx.Response(200, json=SUBMITTED), lambda c: c.submit({}, None), port=_closed_port())
     assert caught.value.status_code == 503
-    assert isinstance(caught.value.__cause__, httpx.ConnectError)
+    assert isinstance(caught.value.__cause__, aiohttp.ClientConnectionError)
+    assert KEY not in caught.value.message
 
 
 def test_timeout_is_a_timeout_error() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("slow", request=request)
-
     with pytest.raises(ImageTimeoutError) as caught:
-        _run(handler, lambda c: c.status(f"{APP}/status"))
+        answer = httpx.Response(200, json={"status": "IN_PROGRESS"})
+        _run(lambda r: answer, lambda c: c.status(f"{APP}/status"), delay=1.0, read_timeout=0.2)
     assert caught.value.status_code == 504
 
 
