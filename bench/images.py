@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import shutil
-import ssl
 import subprocess
 import time
 from collections import Counter
@@ -28,7 +27,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import aiohttp
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -159,10 +158,9 @@ def redis_server(log_dir: Path) -> Iterator[str | None]:
 # -- gateway metrics ----------------------------------------------------------------------------------
 
 
-async def scrape(client: httpx.AsyncClient, base_url: str) -> str:
-    response = await client.get(f"{base_url}/metrics")
-    response.raise_for_status()
-    return response.text
+async def scrape(session: aiohttp.ClientSession, base_url: str) -> str:
+    async with session.get(f"{base_url}/metrics", raise_for_status=True) as response:
+        return await response.text()
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -178,39 +176,14 @@ def metric(text: str, name: str, **labels: str) -> float:
 # -- submit latency -----------------------------------------------------------------------------------
 
 
-class OpenLoopClients:
-    """A single-connection httpx client per request in flight, reused once free: nothing queues in the client.
-
-    One shared pool (`bench.common.http_client`) parks the requests above its size in a queue that httpcore
-    rescans on every event (O(queued x connections)); once the gateway falls behind, the load generator then
-    burns its CPU on that queue and the measured latency is mostly its own.
-    """
-
-    def __init__(self, timeout: float) -> None:
-        self._timeout = timeout
-        self._ssl = ssl.create_default_context()  # shared: a context per client would load the CA bundle each time
-        self._free: list[httpx.AsyncClient] = []
-        self._all: list[httpx.AsyncClient] = []
-
-    @contextlib.asynccontextmanager
-    async def client(self) -> AsyncIterator[httpx.AsyncClient]:
-        client = self._free.pop() if self._free else self._new()
-        try:
-            yield client
-        finally:
-            self._free.append(client)
-
-    def _new(self) -> httpx.AsyncClient:
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        client = httpx.AsyncClient(timeout=self._timeout, verify=self._ssl, limits=limits)
-        self._all.append(client)
-        return client
-
-    async def __aenter__(self) -> OpenLoopClients:
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await asyncio.gather(*(client.aclose() for client in self._all))
+@contextlib.asynccontextmanager
+async def open_loop_session(timeout: float) -> AsyncIterator[aiohttp.ClientSession]:
+    """The submit load's client: aiohttp (about a third of httpx's CPU per request, on cores it shares with
+    the gateway) with no connection limit, so a request never waits in the client for another's connection
+    (a queue there would be measured as the gateway's latency); free keep-alive connections are reused."""
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+        yield session
 
 
 @dataclass
@@ -227,19 +200,19 @@ class Measured:
 async def submit_load(base_url: str, rate: float, duration: float) -> tuple[RunStats, Counter[str]]:
     """Open-loop submits at `rate` for `duration` s; anything but 202 is an error, counted by status or exception."""
     failures: Counter[str] = Counter()
-    async with OpenLoopClients(timeout=30.0) as clients:
+    async with open_loop_session(timeout=30.0) as session:
         url = f"{base_url}/v1/images/generations"
 
         async def submit(index: int) -> int:
             try:
-                async with clients.client() as client:
-                    response = await client.post(url, json={"prompt": f"{PROMPT} #{index}"})
-            except httpx.HTTPError as exc:
+                async with session.post(url, json={"prompt": f"{PROMPT} #{index}"}) as response:
+                    status, body = response.status, await response.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 failures[type(exc).__name__] += 1
                 raise
-            if response.status_code != 202:
-                failures[str(response.status_code)] += 1
-                raise RuntimeError(f"submit answered {response.status_code}: {response.text[:200]}")
+            if status != 202:
+                failures[str(status)] += 1
+                raise RuntimeError(f"submit answered {status}: {body[:200]!r}")
             return 1
 
         for index in range(WARMUP_REQUESTS):  # connections and code paths warm; not measured
@@ -292,19 +265,21 @@ class CompletionRun:
     callbacks_applied: float
 
 
-async def final_status(client: httpx.AsyncClient, base_url: str, task_id: str, deadline: float) -> str:
+async def final_status(session: aiohttp.ClientSession, base_url: str, task_id: str, deadline: float) -> str:
     """Watch the task's SSE stream until a final state; "unfinished" when the deadline comes first."""
     try:
         async with asyncio.timeout(max(deadline - time.perf_counter(), 0.0)):
-            async with client.stream("GET", f"{base_url}/v1/tasks/{task_id}/events") as response:
-                async for line in response.aiter_lines():
+            async with session.get(f"{base_url}/v1/tasks/{task_id}/events") as response:
+                async for raw in response.content:
+                    line = raw.decode("utf-8")
                     if not line.startswith("data: {"):
                         continue
                     task = json.loads(line.removeprefix("data: "))
                     if task.get("status") in TERMINAL:
                         error = task.get("error") or {}
                         return task["status"] if not error else f"{task['status']}: {error.get('code')}"
-            task = (await client.get(f"{base_url}/v1/tasks/{task_id}")).json()  # the stream ended early
+            async with session.get(f"{base_url}/v1/tasks/{task_id}") as response:  # the stream ended early
+                task = await response.json()
             return str(task.get("status", "unfinished"))
     except TimeoutError:
         return "unfinished"
@@ -316,13 +291,12 @@ async def completion_run(stack: ImageStack, tasks: int) -> CompletionRun:
     deadline = time.perf_counter() + tasks / COMPLETION_RATE + TASK_TIMEOUT_SECONDS + DEADLINE_MARGIN_SECONDS
     outcomes: Counter[str] = Counter()
     ended: list[float] = []
-    async with OpenLoopClients(timeout=30.0) as clients:
+    async with open_loop_session(timeout=TASK_TIMEOUT_SECONDS + 2 * DEADLINE_MARGIN_SECONDS) as session:
 
         async def follow(index: int) -> int:
-            async with clients.client() as client:
-                response = await client.post(f"{base}/v1/images/generations", json={"prompt": f"{PROMPT} #{index}"})
-                accepted = response.status_code == 202
-                status = await final_status(client, base, response.json()["id"], deadline) if accepted else "refused"
+            async with session.post(f"{base}/v1/images/generations", json={"prompt": f"{PROMPT} #{index}"}) as sent:
+                accepted, answer = sent.status == 202, await sent.json() if sent.status == 202 else {}
+            status = await final_status(session, base, answer["id"], deadline) if accepted else "refused"
             outcomes[status] += 1
             ended.append(time.perf_counter())
             if status != "completed":
@@ -331,8 +305,7 @@ async def completion_run(stack: ImageStack, tasks: int) -> CompletionRun:
 
         started = time.perf_counter()
         stats = await open_loop(follow, rate=COMPLETION_RATE, duration=tasks / COMPLETION_RATE)
-        async with clients.client() as client:
-            text = await scrape(client, base)
+        text = await scrape(session, base)
     return CompletionRun(
         stats=stats,
         outcomes=outcomes,
