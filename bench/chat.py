@@ -44,6 +44,7 @@ from bench.common import (
     RunStats,
     ServerProcess,
     Target,
+    aiohttp_session,
     closed_loop,
     machine,
     median,
@@ -174,16 +175,6 @@ class Probe:
 async def decoded_lines(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
     async for line in response.content:
         yield line.decode("utf-8")
-
-
-@contextlib.asynccontextmanager
-async def client_session(concurrency: int) -> AsyncIterator[aiohttp.ClientSession]:
-    """The load generator's pooled client: aiohttp, about a third of httpx's CPU per request, since it
-    shares the cores with the systems it measures."""
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
-    timeout = aiohttp.ClientTimeout(total=120)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout, read_bufsize=2**20) as session:
-        yield session
 
 
 async def first_content_seconds(lines: AsyncIterator[str], started: float) -> float:
@@ -451,7 +442,7 @@ async def sweep(
     results: Results = {}
     for concurrency in concurrencies:
         log.info("%s at concurrency %d", getattr(run_one, "__name__", "run"), concurrency)
-        async with client_session(concurrency) as client:
+        async with aiohttp_session(concurrency) as client:
             sizes: dict[str, int] = {}
             for route in routes:
                 warm = await run_one(client, route, max(20, 4 * concurrency), concurrency)
@@ -470,7 +461,7 @@ async def bursts(routes: Sequence[Route], plan: Plan) -> dict[str, list[Sample]]
     """`plan.streams` streams opened at once per route and round (no warm-up: keep-alive expires between
     bursts anyway, so every burst opens its connections)."""
     log.info("%d streams at once", plan.streams)
-    async with client_session(plan.streams) as client:
+    async with aiohttp_session(plan.streams) as client:
         return await rounds(
             routes, plan.runs, partial(stream_run, client, total=plan.streams, concurrency=plan.streams)
         )

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,7 @@ from bench.common import (
     Point,
     RunStats,
     Target,
+    aiohttp_session,
     machine,
     median,
     open_loop,
@@ -176,16 +177,6 @@ def metric(text: str, name: str, **labels: str) -> float:
 # -- submit latency -----------------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def open_loop_session(timeout: float) -> AsyncIterator[aiohttp.ClientSession]:
-    """The submit load's client: aiohttp (about a third of httpx's CPU per request, on cores it shares with
-    the gateway) with no connection limit, so a request never waits in the client for another's connection
-    (a queue there would be measured as the gateway's latency); free keep-alive connections are reused."""
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout)) as session:
-        yield session
-
-
 @dataclass
 class Measured:
     stats: RunStats
@@ -200,7 +191,7 @@ class Measured:
 async def submit_load(base_url: str, rate: float, duration: float) -> tuple[RunStats, Counter[str]]:
     """Open-loop submits at `rate` for `duration` s; anything but 202 is an error, counted by status or exception."""
     failures: Counter[str] = Counter()
-    async with open_loop_session(timeout=30.0) as session:
+    async with aiohttp_session(0, timeout=30.0) as session:
         url = f"{base_url}/v1/images/generations"
 
         async def submit(index: int) -> int:
@@ -291,7 +282,7 @@ async def completion_run(stack: ImageStack, tasks: int) -> CompletionRun:
     deadline = time.perf_counter() + tasks / COMPLETION_RATE + TASK_TIMEOUT_SECONDS + DEADLINE_MARGIN_SECONDS
     outcomes: Counter[str] = Counter()
     ended: list[float] = []
-    async with open_loop_session(timeout=TASK_TIMEOUT_SECONDS + 2 * DEADLINE_MARGIN_SECONDS) as session:
+    async with aiohttp_session(0, timeout=TASK_TIMEOUT_SECONDS + 2 * DEADLINE_MARGIN_SECONDS) as session:
 
         async def follow(index: int) -> int:
             async with session.post(f"{base}/v1/images/generations", json={"prompt": f"{PROMPT} #{index}"}) as sent:
