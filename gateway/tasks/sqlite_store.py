@@ -17,6 +17,7 @@ its watchers notice a change on their own timeout.
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -182,17 +183,35 @@ class SqliteTaskStore:
         db = await aiosqlite.connect(self.path, isolation_level=None)  # autocommit: see the module docstring
         try:
             await db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-            await db.execute("PRAGMA journal_mode = WAL")
-            await db.execute("PRAGMA synchronous = NORMAL")
-            await db.executescript(_SCHEMA)
-            columns = {row[1] for row in await db.execute_fetchall("PRAGMA table_info(tasks)")}
-            if "due_at" not in columns:  # a file from before the due index
-                await db.execute("ALTER TABLE tasks ADD COLUMN due_at REAL NOT NULL DEFAULT 0")
-            await db.executescript(_INDEXES)
+            # Replicas opening one new file at once: switching it to WAL or creating the schema can fail
+            # with "database is locked" at once, where SQLite skips the busy handler to avoid a deadlock.
+            # Every step is idempotent, so the whole set-up is tried again, within the busy timeout.
+            deadline = time.monotonic() + self._busy_timeout_ms / 1000
+            while True:
+                try:
+                    await self._set_up(db)
+                    return db
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                await asyncio.sleep(random.uniform(0.005, 0.05))
         except BaseException:
             await db.close()
             raise
-        return db
+
+    @staticmethod
+    async def _set_up(db: aiosqlite.Connection) -> None:
+        await db.execute("PRAGMA journal_mode = WAL")
+        await db.execute("PRAGMA synchronous = NORMAL")
+        await db.executescript(_SCHEMA)
+        columns = {row[1] for row in await db.execute_fetchall("PRAGMA table_info(tasks)")}
+        if "due_at" not in columns:  # a file from before the due index
+            try:
+                await db.execute("ALTER TABLE tasks ADD COLUMN due_at REAL NOT NULL DEFAULT 0")
+            except sqlite3.OperationalError as exc:  # another replica added it meanwhile
+                if "duplicate column" not in str(exc):
+                    raise
+        await db.executescript(_INDEXES)
 
     @contextmanager
     def _translated(self, operation: str) -> Iterator[None]:
