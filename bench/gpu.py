@@ -12,7 +12,6 @@ report says why: GPU numbers are measured, never estimated.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import time
@@ -23,16 +22,16 @@ from bench.common import PartResult, Point, RunStats
 from bench.embeddings import CpuWindow, Series, batches, checkpoint_for, measure_triton, require_export
 from bench.stack import REPOSITORY, triton
 from bench.workload import texts as workload_texts
+from export.repository import MAX_BATCH_SIZE, copy_with_config
 
 PART = "gpu"
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
-MAX_REQUEST_TEXTS = 64  # the `bge` ensemble's max_batch_size
 BATCHES_IN_FLIGHT = (1, 4)
 QUICK_TEXTS = 256
 
 
 def gpu_unavailable() -> str | None:
-    """Why the GPU part cannot run here, or None; the first GPU's name goes into the notes otherwise."""
+    """Why the GPU part cannot run here, or None."""
     if shutil.which("nvidia-smi") is None:
         return "no NVIDIA GPU on this machine (nvidia-smi not found)"
     probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
@@ -52,25 +51,20 @@ def gpu_names() -> str:
 
 
 def gpu_repository(source: Path, dest: Path) -> Path:
-    """A copy of the exported repository (model files linked, not copied) with `bge_onnx` on KIND_GPU."""
+    """A copy of the exported repository (files linked) with `bge_onnx` on KIND_GPU; the tokenizer stays on the CPU."""
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from export.repository import ENCODER, parse, render
+    def on_gpu(config: mc.ModelConfig) -> None:
+        for group in config.instance_group:
+            group.kind = mc.ModelInstanceGroup.KIND_GPU
 
     shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(source, dest, copy_function=os.symlink, ignore=shutil.ignore_patterns("__pycache__"))
-    config_file = dest / ENCODER / "config.pbtxt"
-    config = parse(config_file.read_text())
-    for group in config.instance_group:
-        group.kind = mc.ModelInstanceGroup.KIND_GPU
-    config_file.unlink()  # a link to the source's config: write a file of its own
-    config_file.write_text(render(config))
-    return dest
+    return copy_with_config(source, dest, on_gpu)
 
 
 def requests_for(texts: list[str], batch_size: int, in_flight: int) -> tuple[list[list[str]], int]:
     """The requests of one load and how many to keep in flight: `in_flight` batches of `batch_size`."""
-    per_request = min(batch_size, MAX_REQUEST_TEXTS)
+    per_request = min(batch_size, MAX_BATCH_SIZE)  # the ensemble's max_batch_size
     return batches(texts, per_request), in_flight * max(1, batch_size // per_request)
 
 

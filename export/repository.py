@@ -173,6 +173,25 @@ def parse(text: str) -> mc.ModelConfig:
     return text_format.Parse(text, mc.ModelConfig())
 
 
+def copy_with_config(source: Path, dest: Path, change: Callable[[mc.ModelConfig], None], model: str = ENCODER) -> Path:
+    """A copy of the repository `source` (files hard-linked where the file system allows) whose `model`
+    config is changed by `change`: a variant to serve (another precision, GPU instances) without re-exporting."""
+    shutil.copytree(source, dest, copy_function=_link_or_copy, ignore=shutil.ignore_patterns("__pycache__"))
+    config_file = dest / model / "config.pbtxt"
+    config = parse(config_file.read_text())
+    change(config)
+    config_file.unlink()  # may be a link to the source's: write a file of its own
+    config_file.write_text(render(config))
+    return dest
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system
+        shutil.copy2(src, dst)
+
+
 def rendered_configs(model: ServedModel) -> dict[str, str]:
     """Relative path inside the repository -> config text."""
     return {

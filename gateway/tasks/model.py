@@ -35,6 +35,7 @@ class TaskState(str, Enum):
 # pending this long (its replica may have died), so a healthy replica's fresh tasks are not read by every scan.
 PENDING_PICKUP_SECONDS = 5.0
 TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
+OPEN_STATES = tuple(state for state in TaskState if state not in TERMINAL_STATES)  # pending, processing
 _NEXT: dict[TaskState, frozenset[TaskState]] = {
     TaskState.PENDING: frozenset({TaskState.PROCESSING, *TERMINAL_STATES}),
     TaskState.PROCESSING: TERMINAL_STATES,

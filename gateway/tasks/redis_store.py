@@ -41,13 +41,12 @@ from redis.exceptions import RedisError
 
 from gateway.cache.redis_store import redis_client
 from gateway.tasks.base import ChangeNotifier, TaskChanges, TaskStoreError
-from gateway.tasks.model import TERMINAL_STATES, Task, TaskState
+from gateway.tasks.model import OPEN_STATES, TERMINAL_STATES, Task, TaskState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 STORE_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
-OPEN_STATES = tuple(state for state in TaskState if not state.terminal)
 MIN_TERMINAL_TTL_MS = 1000  # an ended task stays readable long enough for its watchers to see the outcome
 RECONNECT_DELAYS = (0.05, 2.0)  # first and longest pause between pub/sub reconnection attempts, seconds
 

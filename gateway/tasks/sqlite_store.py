@@ -27,7 +27,7 @@ from pathlib import Path
 import aiosqlite
 
 from gateway.tasks.base import ChangeNotifier, TaskChanges, TaskStoreError
-from gateway.tasks.model import Task, TaskState
+from gateway.tasks.model import OPEN_STATES, Task, TaskState
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at REAL NOT NULL);
 """
 # Literal states, not parameters: SQLite uses a partial index only when the query's WHERE visibly implies its own.
-_IS_OPEN = f"state IN ({', '.join(repr(state.value) for state in TaskState if not state.terminal)})"
+_IS_OPEN = f"state IN ({', '.join(repr(state.value) for state in OPEN_STATES)})"
 _INDEXES = f"""
 CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (state);
 CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_at) WHERE expires_at IS NOT NULL;

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,19 +8,8 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from export.checkpoint import Checkpoint
-from export.repository import ENCODER, parse, render
+from export.repository import copy_with_config
 from localtriton.server import TritonProcess
-
-
-def with_model_config(source: Path, dest: Path, change: Callable[[mc.ModelConfig], None], model: str = ENCODER) -> Path:
-    """A hard-linked copy of the repository `source` whose `model` config is changed by `change`."""
-    shutil.copytree(source, dest, copy_function=os.link)
-    config_file = dest / model / "config.pbtxt"
-    config = parse(config_file.read_text())
-    change(config)
-    config_file.unlink()  # a hard link: do not write through to the source
-    config_file.write_text(render(config))
-    return dest
 
 
 def run_fp32(config: mc.ModelConfig) -> None:
@@ -43,7 +30,7 @@ def triton(minilm_repository: Path, triton_factory: Callable[[Path], TritonProce
 def triton_fp32(
     minilm_repository: Path, triton_factory: Callable[[Path], TritonProcess], tmp_path_factory: pytest.TempPathFactory
 ) -> TritonProcess:
-    repository = with_model_config(minilm_repository, tmp_path_factory.mktemp("fp32") / "repo", run_fp32)
+    repository = copy_with_config(minilm_repository, tmp_path_factory.mktemp("fp32") / "repo", run_fp32)
     return triton_factory(repository)
 
 

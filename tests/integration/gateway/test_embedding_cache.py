@@ -11,9 +11,9 @@ import pytest
 from pydantic import SecretStr
 from tritonclient.grpc import model_config_pb2 as mc
 
+from export.repository import copy_with_config
 from gateway.settings import CacheSettings
 from localtriton.server import TritonProcess
-from tests.integration.conftest import with_model_config
 from tests.integration.gateway.conftest import RunningGateway, triton_requests
 from tests.integration.gateway.test_embeddings_rest import mixed_texts
 from tests.redis_fixtures import RedisServer
@@ -87,7 +87,7 @@ def test_a_new_model_revision_never_serves_old_vectors(
     def new_revision(config: mc.ModelConfig) -> None:
         config.parameters["model_revision"].string_value = "sha256-0000000000000000"
 
-    redeployed = triton_factory(with_model_config(minilm_repository, tmp_path / "repo", new_revision, model="bge"))
+    redeployed = triton_factory(copy_with_config(minilm_repository, tmp_path / "repo", new_revision, model="bge"))
     shared = CacheSettings(redis_url=SecretStr(redis_url))
     old, new = gateway_factory(triton.grpc_url, cache=shared), gateway_factory(redeployed.grpc_url, cache=shared)
     texts = mixed_texts(4, tag="revision")

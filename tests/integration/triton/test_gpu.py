@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from export.repository import copy_with_config
 from localtriton.server import TritonProcess
-from tests.integration.conftest import run_on_gpu, with_model_config
+from tests.integration.conftest import run_on_gpu
 from tests.integration.triton.test_serving import CHINESE, ENGLISH, cosines, grpc_embed, text_batch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -22,7 +23,7 @@ def test_gpu_instance_serves_fp16_within_tolerance(
     reference: Callable[[list[str]], np.ndarray],
     tmp_path: Path,
 ) -> None:
-    server = triton_factory(with_model_config(minilm_repository, tmp_path / "repo", run_on_gpu))
+    server = triton_factory(copy_with_config(minilm_repository, tmp_path / "repo", run_on_gpu))
     with grpcclient.InferenceServerClient(server.grpc_url) as client:
         served = grpc_embed(client, text_batch(ENGLISH + CHINESE)).as_numpy("EMBEDDING")
     assert cosines(served, reference(ENGLISH + CHINESE)).min() >= 0.999
