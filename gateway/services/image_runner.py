@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -133,7 +134,9 @@ class ImageTaskRunner:
                 log.warning("image task scan failed: %s", exc.message)
             except Exception:
                 log.exception("image task scan failed")
-            await asyncio.sleep(self._config.scan_interval_seconds)
+            # Jittered: replicas with equal intervals lock into one phase, and the one whose scan comes first
+            # after a poll's due time would then make every poll (and each next one falls due in its phase).
+            await asyncio.sleep(self._config.scan_interval_seconds * random.uniform(0.8, 1.2))
 
     # -- submitting --------------------------------------------------------------------------------
 
