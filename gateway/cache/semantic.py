@@ -107,6 +107,10 @@ class Matcher(Protocol):
 
     def similarity(self, a: bytes, b: bytes) -> float: ...
 
+    def comparable(self, text: str) -> bool:
+        """Whether `text` carries enough to be matched at all; others are neither looked up nor indexed."""
+        ...
+
 
 class EmbeddingMatcher:
     """Cosine similarity of the embedding model's vectors; a fingerprint is the float32 little-endian unit vector.
@@ -130,9 +134,18 @@ class EmbeddingMatcher:
             return 0.0
         return float(np.dot(np.frombuffer(a, dtype="<f4"), np.frombuffer(b, dtype="<f4")))
 
+    def comparable(self, text: str) -> bool:
+        return bool(text.strip())
+
 
 class SimHashMatcher:
-    """Share of equal bits of two 64-bit SimHashes over character n-grams; a fingerprint is 8 bytes."""
+    """Share of equal bits of two 64-bit SimHashes over character n-grams; a fingerprint is 8 bytes.
+
+    A text of a few n-grams is not compared: each bit is then a vote of a few +-1 and often a tie (0 in both
+    hashes), so different short texts look alike ("q171" and "q172" score 0.906, above the 0.88 default).
+    """
+
+    MIN_GRAMS = 8  # distinct n-grams a text needs to be matched
 
     def __init__(self, n: int = 3) -> None:
         if n < 1:
@@ -147,6 +160,10 @@ class SimHashMatcher:
         if len(a) != 8 or len(b) != 8:
             return 0.0
         return simhash_similarity(int.from_bytes(a, "little"), int.from_bytes(b, "little"))
+
+    def comparable(self, text: str) -> bool:
+        normal = " ".join(text.lower().split())
+        return len({normal[i : i + self.n] for i in range(len(normal) - self.n + 1)}) >= self.MIN_GRAMS
 
 
 # --- stores -------------------------------------------------------------------------------------
@@ -293,7 +310,7 @@ class SemanticIndex:
     async def lookup(self, body: dict[str, Any]) -> SemanticHit | None:
         """The best earlier match at or above the threshold (the newest among equals), or None."""
         query = semantic_query(body)
-        if query is None:
+        if query is None or not self.matcher.comparable(query):
             return None
         entries = await self._entries(self.context(body), "get")
         if entries is None:
@@ -305,7 +322,7 @@ class SemanticIndex:
     async def add(self, body: dict[str, Any], answer_key: str) -> None:
         """Index `body`'s last user message as answered under `answer_key` (once per context and text)."""
         query = semantic_query(body)
-        if query is None:
+        if query is None or not self.matcher.comparable(query):
             return
         context = self.context(body)
         entries = await self._entries(context, "set")
