@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 from types import FrameType
 
@@ -30,6 +31,14 @@ class GatewayServer(uvicorn.Server):
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        # What exists now (modules, the app, clients: ~100,000 objects) lives as long as the process. Out of
+        # the collector's sight, a full collection scans only what requests made: those scans took 25-70 ms
+        # on this 2-core machine, a stall that every stream open at that moment saw as its p99 TTFT.
+        gc.collect()
+        gc.freeze()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         grpc_server = getattr(self._app.state, "grpc", None)
