@@ -25,18 +25,30 @@ def event(data: str) -> str:
     return f"data: {data}\n\n"
 
 
-async def encode_stream(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
+def encode_stream(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
     """`payloads` (JSON texts) as SSE events; an error mid-stream becomes an error event."""
+    return encode_batches(_single(payloads))
+
+
+async def encode_batches(batches: AsyncGenerator[list[str], None]) -> AsyncGenerator[str, None]:
+    """Each batch of payloads (JSON texts) as one text of SSE events (one write); an error mid-stream
+    becomes an error event."""
     try:
-        async with aclosing(payloads):  # a client that goes away closes the source, and so the upstream call
-            async for payload in payloads:
-                yield event(payload)
+        async with aclosing(batches):  # a client that goes away closes the source, and so the upstream call
+            async for batch in batches:
+                yield "".join(map(event, batch))
     except GatewayError as exc:
         yield event(json.dumps(exc.body(), ensure_ascii=False))
     except Exception:
         log.exception("stream failed")
         yield event(json.dumps(error_body("internal error", GatewayError.type)))
     yield DONE
+
+
+async def _single(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[list[str], None]:
+    async with aclosing(payloads):
+        async for payload in payloads:
+            yield [payload]
 
 
 async def with_heartbeats(events: AsyncGenerator[str, None], interval: float = 15.0) -> AsyncGenerator[str, None]:

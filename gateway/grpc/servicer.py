@@ -60,7 +60,7 @@ class ChatBackend(Protocol):
 
     async def stream(
         self, body: dict[str, Any], *, use_cache: bool = True
-    ) -> tuple[AsyncGenerator[str, None], CacheResult]: ...
+    ) -> tuple[AsyncGenerator[list[str], None], CacheResult]: ...
 
 
 class ChatServicer:
@@ -74,8 +74,9 @@ class ChatServicer:
         chunks, result = await self._backend.stream({**body, "stream": True}, use_cache=not request.no_cache)
         await context.send_initial_metadata((("x-cache", result.outcome),))
         async with aclosing(chunks):  # a cancelled call closes the upstream stream
-            async for chunk in chunks:
-                yield chat_chunk(chunk)
+            async for batch in chunks:
+                for chunk in batch:
+                    yield chat_chunk(chunk)
 
 
 def parse_chat_body(body_json: str) -> dict[str, Any]:

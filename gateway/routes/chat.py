@@ -25,7 +25,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     if body.stream:
         events, result = await chat(request).stream(payload, use_cache=use_cache)
         headers = {**sse.HEADERS, **cache_headers(result)}
-        return StreamingResponse(sse.encode_stream(events), media_type=sse.MEDIA_TYPE, headers=headers)
+        return StreamingResponse(sse.encode_batches(events), media_type=sse.MEDIA_TYPE, headers=headers)
     completion, result = await chat(request).complete(payload, use_cache=use_cache)
     return JSONResponse(completion, headers=cache_headers(result))
 

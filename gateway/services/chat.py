@@ -85,10 +85,11 @@ class ChatService:
 
     async def stream(
         self, body: dict[str, Any], *, use_cache: bool = True
-    ) -> tuple[AsyncGenerator[str, None], CacheResult]:
-        """Chunks (JSON texts) of a streamed answer. The upstream is opened before this returns, so
-        failures before the first byte still become a proper HTTP status. Identical requests arriving
-        while it streams follow the same upstream call."""
+    ) -> tuple[AsyncGenerator[list[str], None], CacheResult]:
+        """Chunks (JSON texts) of a streamed answer, in batches of those received since the last batch
+        (a cached answer is one batch). The upstream is opened before this returns, so failures before
+        the first byte still become a proper HTTP status. Identical requests arriving while it streams
+        follow the same upstream call."""
         self._validate(body)
         key = exact_key(body)
         if use_cache and (cached := await self._cached(body, key)) is not None:
@@ -225,6 +226,5 @@ def estimate_tokens(body: dict[str, Any]) -> int:
     return math.ceil(prompt_chars(body) / 4) + int(body.get("max_tokens") or 512)
 
 
-async def _replay(answer: ChatAnswer) -> AsyncGenerator[str, None]:
-    for chunk in answer.as_chunks():
-        yield json.dumps(chunk, ensure_ascii=False)
+async def _replay(answer: ChatAnswer) -> AsyncGenerator[list[str], None]:
+    yield [json.dumps(chunk, ensure_ascii=False) for chunk in answer.as_chunks()]

@@ -10,6 +10,9 @@ from contextlib import aclosing
 class SharedStream:
     """Chunks of one producer, replayed from the start to each follower and then followed live.
 
+    A follower gets batches: every chunk that arrived since its last batch. Under load several chunks
+    come in between two turns of a follower, and one batch is one write to its client rather than one
+    write (and one pass through the middleware stack) per chunk; nothing waits to fill a batch.
     The producer runs in its own task; it is cancelled (closing the upstream call) only when the
     last follower has gone.
     """
@@ -23,14 +26,16 @@ class SharedStream:
         self._on_done = on_done
         self._producer = asyncio.create_task(self._produce(source))
 
-    async def follow(self) -> AsyncGenerator[str, None]:
+    async def follow(self) -> AsyncGenerator[list[str], None]:
         self._followers += 1
         index = 0
         try:
             while True:
-                while index < len(self._chunks):
-                    yield self._chunks[index]
-                    index += 1
+                if index < len(self._chunks):
+                    batch = self._chunks[index:]
+                    index += len(batch)
+                    yield batch
+                    continue  # more may have come meanwhile
                 if self._done:
                     if self._error is not None:
                         raise self._error

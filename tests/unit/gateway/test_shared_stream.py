@@ -1,0 +1,97 @@
+"""SharedStream: followers get every chunk once, in batches of what arrived since their last batch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+
+import pytest
+
+from gateway.services.shared_stream import SharedStream
+
+
+class Source:
+    """Chunks "c0".."c<n-1>", each released by `step()`; optionally fails after them."""
+
+    def __init__(self, count: int, fail: bool = False) -> None:
+        self.count = count
+        self.fail = fail
+        self.closed = False
+        self._released = asyncio.Semaphore(0)
+
+    def step(self, chunks: int = 1) -> None:
+        for _ in range(chunks):
+            self._released.release()
+
+    async def chunks(self) -> AsyncGenerator[str, None]:
+        try:
+            for index in range(self.count):
+                await self._released.acquire()
+                yield f"c{index}"
+            if self.fail:
+                raise RuntimeError("upstream broke")
+        finally:
+            self.closed = True
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_live_chunks_come_one_batch_each_and_a_late_follower_gets_the_past_in_one() -> None:
+    async def scenario() -> None:
+        source = Source(4)
+        done: list[bool] = []
+        shared = SharedStream(source.chunks(), lambda: done.append(True))
+        early = shared.follow()
+        first = asyncio.ensure_future(anext(early))
+        source.step()
+        assert await first == ["c0"]
+        source.step()
+        assert await anext(early) == ["c1"]
+        late = shared.follow()
+        assert await anext(late) == ["c0", "c1"]  # the replay: one batch
+        source.step(2)
+        await settle()
+        assert await anext(early) == ["c2", "c3"]  # both arrived before this follower's next turn
+        assert await anext(late) == ["c2", "c3"]
+        for follower in (early, late):
+            with pytest.raises(StopAsyncIteration):
+                await anext(follower)
+        assert done == [True] and source.closed
+
+    asyncio.run(scenario())
+
+
+def test_an_upstream_error_reaches_every_follower_after_the_chunks_before_it() -> None:
+    async def scenario() -> None:
+        source = Source(2, fail=True)
+        shared = SharedStream(source.chunks(), lambda: None)
+        followers = [shared.follow(), shared.follow()]
+        source.step(2)
+        await settle()
+        for follower in followers:
+            assert await anext(follower) == ["c0", "c1"]
+            with pytest.raises(RuntimeError, match="upstream broke"):
+                await anext(follower)
+
+    asyncio.run(scenario())
+
+
+def test_the_source_is_closed_when_the_last_follower_leaves_and_not_before() -> None:
+    async def scenario() -> None:
+        source = Source(10)
+        shared = SharedStream(source.chunks(), lambda: None)
+        first, second = shared.follow(), shared.follow()
+        source.step()
+        assert await anext(first) == ["c0"]
+        assert await anext(second) == ["c0"]
+        await first.aclose()
+        await settle()
+        assert not source.closed
+        await second.aclose()
+        await settle()
+        assert source.closed
+
+    asyncio.run(scenario())

@@ -1,0 +1,34 @@
+"""Server-sent events: one write per batch of payloads, errors as a final event, always [DONE]."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator
+
+from gateway import sse
+from gateway.errors import UpstreamUnavailableError
+
+
+async def collect(texts: AsyncGenerator[str, None]) -> list[str]:
+    return [text async for text in texts]
+
+
+def test_each_batch_is_one_text_of_events_and_the_stream_ends_with_done() -> None:
+    async def batches() -> AsyncGenerator[list[str], None]:
+        yield ['{"n":1}']
+        yield ['{"n":2}', '{"n":3}']
+
+    texts = asyncio.run(collect(sse.encode_batches(batches())))
+    assert texts == ['data: {"n":1}\n\n', 'data: {"n":2}\n\ndata: {"n":3}\n\n', sse.DONE]
+
+
+def test_an_error_after_the_first_batch_becomes_an_error_event_before_done() -> None:
+    async def failing() -> AsyncGenerator[str, None]:
+        yield '{"n":1}'
+        raise UpstreamUnavailableError("chat upstream unavailable")
+
+    texts = asyncio.run(collect(sse.encode_stream(failing())))
+    assert texts[0] == 'data: {"n":1}\n\n' and texts[-1] == sse.DONE
+    error = json.loads(texts[1].removeprefix("data: "))["error"]
+    assert error["message"] == "chat upstream unavailable"
