@@ -110,7 +110,7 @@ async def closed_loop(request: Callable[[int], Awaitable[int]], *, total: int, c
 def settle_heap() -> None:
     """Collect now and put what survives out of the collector's sight before a measured run. This process
     may hold torch and sentence-transformers (the in-process systems): ~430,000 objects, and a full
-    collection of them stalls the load generator for 100-400 ms on 2 cores, inside whatever run it hits."""
+    collection of them stalls the load generator for 60-400 ms on 2 cores, inside whatever run it hits."""
     gc.collect()
     gc.freeze()
 
