@@ -33,6 +33,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
     UpstreamUnavailableError,
 )
+from gateway.upstreams.pool import PooledSession
 
 FalState = Literal["IN_QUEUE", "IN_PROGRESS", "COMPLETED"]
 _STATES: frozenset[str] = frozenset({"IN_QUEUE", "IN_PROGRESS", "COMPLETED"})
@@ -97,22 +98,13 @@ class FalQueueClient:
         self._base_url = base_url.rstrip("/")
         self._api_key = api_key
         self._model_path = model_path.strip("/")
-        self._timeout = aiohttp.ClientTimeout(
-            total=None,
-            connect=read_timeout_seconds,  # waiting for a pooled connection, connecting included
-            sock_connect=connect_timeout_seconds,
-            sock_read=read_timeout_seconds,
+        self._pool = PooledSession(
+            max_connections=max_connections,
+            connect_seconds=connect_timeout_seconds,
+            read_seconds=read_timeout_seconds,
+            resolver=resolver,
+            headers={"User-Agent": user_agent},
         )
-        self._max_connections = max_connections
-        self._headers = {"User-Agent": user_agent}
-        self._resolver = resolver  # where host names resolve (DNS by default)
-        self._session: aiohttp.ClientSession | None = None  # made on first use, inside the running loop
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, resolver=self._resolver)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, headers=self._headers)
-        return self._session
 
     @property
     def configured(self) -> bool:
@@ -125,8 +117,7 @@ class FalQueueClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._pool.aclose()
 
     async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
         """Queue one generation; fal calls `webhook_url` (if given) when it finishes."""
@@ -179,7 +170,7 @@ class FalQueueClient:
             raise ImageNotConfiguredError(f"video generation is not configured: set {KEY_ENV}")
         headers = {"Authorization": f"Key {self._api_key.get_secret_value()}"}
         try:
-            async with self._client().request(method, url, json=json_body, params=params, headers=headers) as answer:
+            async with self._pool.get().request(method, url, json=json_body, params=params, headers=headers) as answer:
                 reply = _Reply(answer.status, answer.reason or "", answer.headers, await answer.read())
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
             raise ImageTimeoutError("image upstream did not answer in time") from exc

@@ -34,6 +34,7 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 from gateway.settings import LLMSettings
+from gateway.upstreams.pool import PooledSession
 
 tracer = trace.get_tracer(__name__)
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -75,13 +76,12 @@ class LLMClient:
     def __init__(self, settings: LLMSettings) -> None:
         self._settings = settings
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
-        self._timeout = aiohttp.ClientTimeout(
-            total=None,  # the whole call's deadline is the chat service's
-            connect=settings.first_byte_timeout_seconds,  # waiting for a pooled connection, connecting included
-            sock_connect=settings.connect_timeout_seconds,
-            sock_read=settings.first_byte_timeout_seconds,  # the headers, then the idle time between chunks
+        self._pool = PooledSession(
+            max_connections=settings.max_connections,
+            connect_seconds=settings.connect_timeout_seconds,
+            read_seconds=settings.first_byte_timeout_seconds,  # the headers, then the idle time between chunks
+            read_bufsize=2**20,  # bounds one SSE line: 2 MiB, far above any chunk an answer streams
         )
-        self._session: aiohttp.ClientSession | None = None  # made on first use, inside the running loop
 
     @property
     def configured(self) -> bool:
@@ -94,15 +94,7 @@ class LLMClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._settings.max_connections, limit_per_host=0)
-            # read_bufsize bounds one SSE line: 2 MiB, far above any chunk an answer streams
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, read_bufsize=2**20)
-        return self._session
+        await self._pool.aclose()
 
     async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """A non-streaming completion (the body is passed through as it is)."""
@@ -164,7 +156,7 @@ class LLMClient:
 
     async def _attempt(self, data: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
         try:
-            response = await self._client().post(self._url, data=data, headers=headers)
+            response = await self._pool.get().post(self._url, data=data, headers=headers)
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
             metrics.LLM_ERRORS.labels(reason="timeout").inc()
             raise _RetryableError(LLMTimeoutError("chat upstream did not answer in time")) from exc
