@@ -26,6 +26,7 @@ from gateway.tasks.model import Task, TaskState
 from gateway.upstreams.image_api import FalStatus, FalSubmission, ImageUpstreamError
 
 log = logging.getLogger(__name__)
+_jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
 
 PURGE_EVERY_SECONDS = 60.0
 MAX_CONCURRENT_POLLS = 64
@@ -136,7 +137,7 @@ class ImageTaskRunner:
                 log.exception("image task scan failed")
             # Jittered: replicas with equal intervals lock into one phase, and the one whose scan comes first
             # after a poll's due time would then make every poll (and each next one falls due in its phase).
-            await asyncio.sleep(self._config.scan_interval_seconds * random.uniform(0.8, 1.2))
+            await asyncio.sleep(self._config.scan_interval_seconds * _jitter.uniform(0.8, 1.2))
 
     # -- submitting --------------------------------------------------------------------------------
 

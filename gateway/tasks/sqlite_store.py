@@ -29,6 +29,8 @@ import aiosqlite
 from gateway.tasks.base import ChangeNotifier, TaskChanges, TaskStoreError
 from gateway.tasks.model import OPEN_STATES, Task, TaskState
 
+_jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
     id TEXT PRIMARY KEY,
@@ -194,7 +196,7 @@ class SqliteTaskStore:
                 except sqlite3.OperationalError as exc:
                     if "locked" not in str(exc) or time.monotonic() > deadline:
                         raise
-                await asyncio.sleep(random.uniform(0.005, 0.05))
+                await asyncio.sleep(_jitter.uniform(0.005, 0.05))
         except BaseException:
             await db.close()
             raise

@@ -38,6 +38,7 @@ from gateway.upstreams.pool import PooledSession
 
 tracer = trace.get_tracer(__name__)
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+_jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
 DRAIN_SECONDS = 1.0  # how long the end of a body may take after [DONE] before its connection is dropped
 
 
@@ -179,7 +180,7 @@ class LLMClient:
             except ValueError:
                 pass
         base: float = self._settings.retry_base_seconds * 2.0**attempt
-        return base + random.uniform(0.0, base)
+        return base + _jitter.uniform(0.0, base)
 
 
 async def _events(response: aiohttp.ClientResponse) -> AsyncGenerator[str, None]:
