@@ -35,3 +35,5 @@ class ThreadedServer:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+        if self.thread.is_alive():  # its background work (task scans, feeds) would go on into later tests
+            raise RuntimeError(f"{self.name} still running 30 s after stop")
