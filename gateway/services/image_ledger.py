@@ -34,17 +34,26 @@ class TaskLedger:
             raise NotFoundError(f"task {task_id!r} not found (unknown, or expired after its retention)")
         return task
 
-    async def change(self, task_id: str, decide: Decision) -> tuple[Task, bool]:
-        """Apply `decide` to the current record until it sticks; return the record and whether it changed."""
+    async def change(self, task_id: str, decide: Decision, *, known: Task | None = None) -> tuple[Task, bool]:
+        """Apply `decide` to the current record until it sticks; return the record and whether it changed.
+
+        `known`: the record as the caller last read it, decided on first, which saves a read when nobody
+        wrote in between. A stale one loses the compare-and-set, and "no change" is only trusted on a fresh read.
+        """
+        current = known
         for _ in range(MAX_CONFLICTS):
-            current = await self.get(task_id)
+            fresh = current is None
+            if current is None:
+                current = await self.get(task_id)
             new = decide(current)
             if new is None:
-                return current, False
-            if await self.store.save(new):
+                if fresh:
+                    return current, False
+            elif await self.store.save(new):
                 if new.state != current.state:
                     self._count(new)
                 return new, True
+            current = None
         raise TaskStoreError(f"task {task_id}: {MAX_CONFLICTS} conflicting writes in a row")
 
     def ended(self, task: Task, state: TaskState, **changes: Any) -> Task:

@@ -171,17 +171,19 @@ class ImageTaskRunner:
         except (InvalidRequestError, NotFoundError) as exc:
             metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="rejected").inc()
             reason = exc.message
-            await self._ledger.change(task.id, lambda t: self._ledger.failed(t, "upstream_rejected", reason))
+            await self._ledger.change(
+                task.id, lambda t: self._ledger.failed(t, "upstream_rejected", reason), known=task
+            )
             return
         except GatewayError as exc:  # unavailable, timeout, quota, 5xx: try again later, until the deadline
             metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="retry").inc()
             log.warning("image task submit failed, will retry: %s", exc.message, extra={"task_id": task.id})
-            await self._ledger.change(task.id, self._retry_later)
+            await self._ledger.change(task.id, self._retry_later, known=task)
             return
         metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="accepted").inc()
         now = self._ledger.clock()
         wait = self._config.callback_grace_seconds if callback else self._config.poll_initial_seconds
-        stored, _ = await self._ledger.change(task.id, lambda t: self._accepted(t, submission, now, wait))
+        stored, _ = await self._ledger.change(task.id, lambda t: self._accepted(t, submission, now, wait), known=task)
         if stored.upstream_request_id != submission.request_id:
             # The task ended while this job was being submitted (cancel, timeout, or the webhook of an
             # earlier submission): nobody tracks this job, so stop it.
@@ -236,7 +238,7 @@ class ImageTaskRunner:
             return
         metrics.IMAGE_POLLS.labels(result=status.state.lower()).inc()
         if status.state != "COMPLETED":
-            await self._ledger.change(task.id, self._poll_later)
+            await self._ledger.change(task.id, self._poll_later, known=task)
             return
         try:
             payload = await self._upstream.result(response_url)
@@ -246,16 +248,16 @@ class ImageTaskRunner:
         except GatewayError as exc:
             await self._polled_transient_error(task, exc)
             return
-        await self._ledger.change(task.id, lambda t: self._end_by_polling(t, payload=payload))
+        await self._ledger.change(task.id, lambda t: self._end_by_polling(t, payload=payload), known=task)
 
     async def _polled_error(self, task: Task, message: str) -> None:
         metrics.IMAGE_POLLS.labels(result="failed").inc()
-        await self._ledger.change(task.id, lambda t: self._end_by_polling(t, error=message))
+        await self._ledger.change(task.id, lambda t: self._end_by_polling(t, error=message), known=task)
 
     async def _polled_transient_error(self, task: Task, exc: GatewayError) -> None:
         metrics.IMAGE_POLLS.labels(result="error").inc()
         log.warning("image task poll failed: %s", exc.message, extra={"task_id": task.id})
-        await self._ledger.change(task.id, self._poll_later)
+        await self._ledger.change(task.id, self._poll_later, known=task)
 
     def _poll_later(self, task: Task) -> Task | None:
         if task.state != TaskState.PROCESSING:

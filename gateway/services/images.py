@@ -148,7 +148,7 @@ class ImageService:
             message = str(webhook.get("error") or "the upstream reported an error")
             return self._ledger.failed(current, "upstream_error", message, completed_by="callback")
 
-        task, changed = await self._ledger.change(task_id, decide)
+        task, changed = await self._ledger.change(task_id, decide, known=task)
         metrics.IMAGE_CALLBACKS.labels(result="applied" if changed else "duplicate").inc()
         return task
 

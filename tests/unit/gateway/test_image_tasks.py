@@ -115,3 +115,38 @@ def test_ledger_decides_again_on_the_fresh_record_when_another_writer_won(tmp_pa
         await store.aclose()
 
     asyncio.run(scenario())
+
+
+def test_ledger_starts_from_a_known_record_and_trusts_no_change_only_on_a_fresh_read(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = SqliteTaskStore(tmp_path / "tasks.sqlite3", clock=lambda: 150.0)
+        ledger = TaskLedger(store, retention_seconds=60.0, clock=lambda: 150.0)
+        reads: list[str] = []
+        read = store.get
+
+        async def counted_get(task_id: str) -> Task | None:
+            reads.append(task_id)
+            return await read(task_id)
+
+        store.get = counted_get  # type: ignore[method-assign]
+        task, _ = await store.create(new_task())
+
+        # Nobody wrote since the caller read it: saved without another read.
+        processing, changed = await ledger.change(task.id, lambda t: t.moved(R, 120.0), known=task)
+        assert changed and processing.state == R and reads == []
+
+        # Stale (still pending here): "no change" on it is not trusted; decided again on the fresh record.
+        def complete_once_processing(current: Task) -> Task | None:
+            return ledger.ended(current, C) if current.state == R else None
+
+        final, changed = await ledger.change(task.id, complete_once_processing, known=task)
+        assert changed and final.state == C and final.version == processing.version + 1 and reads == [task.id]
+
+        # Stale with a change: the compare-and-set refuses it and the fresh record decides (no change).
+        again, changed = await ledger.change(
+            task.id, lambda t: None if t.state.terminal else t.moved(R, 130.0), known=processing
+        )
+        assert not changed and again == final and reads == [task.id, task.id]
+        await store.aclose()
+
+    asyncio.run(scenario())
