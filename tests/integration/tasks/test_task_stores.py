@@ -507,3 +507,72 @@ def test_sqlite_unusable_path_raises_task_store_error(tmp_path: Path) -> None:
             assert not await store.ping()
 
     run(scenario())
+
+
+def test_sqlite_waits_for_another_process_lock_without_holding_the_loop(tmp_path: Path) -> None:
+    path, clock = tmp_path / "tasks.sqlite3", ManualClock()
+
+    async def scenario() -> None:
+        async with opened(lambda: SqliteTaskStore(path, clock=clock, busy_timeout_seconds=2.0)) as store:
+            task, _ = await store.create(new_task(clock))
+            with closing(sqlite3.connect(path, isolation_level=None)) as other:
+                other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+                saving = asyncio.create_task(store.save(task.moved(TaskState.PROCESSING, clock())))
+                ticks = 0
+                for _ in range(20):  # the loop keeps running other work meanwhile
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+                assert ticks == 20 and not saving.done()
+                assert (await store.get(task.id)) == task  # reads go on (WAL)
+                other.execute("COMMIT")
+            assert await asyncio.wait_for(saving, 2.0)
+            assert (await store.get(task.id)).state == TaskState.PROCESSING  # type: ignore[union-attr]
+
+        async with opened(lambda: SqliteTaskStore(path, clock=clock, busy_timeout_seconds=0.2)) as store:
+            with closing(sqlite3.connect(path, isolation_level=None)) as other:
+                other.execute("BEGIN IMMEDIATE")
+                started = time.monotonic()
+                with pytest.raises(TaskStoreError, match=r"sqlite create failed.*locked"):
+                    await store.create(new_task(clock))
+                assert 0.2 <= time.monotonic() - started < 1.5  # gave up after the busy timeout
+                other.execute("ROLLBACK")
+
+    run(scenario())
+
+
+def test_sqlite_checkpoints_keep_the_wal_from_growing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = ManualClock()
+
+    async def write(path: Path, tasks: int) -> int:
+        async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
+            for _ in range(tasks):
+                await store.create(new_task(clock))
+                await asyncio.sleep(0.001)  # a steady stream of writes, as submits make them
+            return Path(f"{path}-wal").stat().st_size  # before close (the last close checkpoints anyway)
+
+    monkeypatch.setattr("gateway.tasks.sqlite_store.CHECKPOINT_EVERY_WRITES", 10**9)
+    without = run(write(tmp_path / "without.sqlite3", 1500))
+    monkeypatch.setattr("gateway.tasks.sqlite_store.CHECKPOINT_EVERY_WRITES", 100)
+    with_checkpoints = run(write(tmp_path / "with.sqlite3", 1500))
+    assert with_checkpoints < without / 3, (with_checkpoints, without)
+    with closing(sqlite3.connect(tmp_path / "with.sqlite3")) as db:
+        assert db.execute("SELECT COUNT(*) FROM tasks").fetchone() == (1500,)
+
+
+def test_sqlite_purges_in_batches_until_every_expired_task_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gateway.tasks.sqlite_store.PURGE_BATCH", 3)
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        async with opened(lambda: SqliteTaskStore(tmp_path / "tasks.sqlite3", clock=clock)) as store:
+            tasks = [(await store.create(new_task(clock)))[0] for _ in range(8)]
+            for task in tasks[:7]:
+                assert await store.save(ended(task, clock, retention=10))
+            clock.now += 11
+            assert await store.purge_expired(clock()) == 7
+            assert [await store.get(task.id) for task in tasks[:7]] == [None] * 7
+            assert await store.get(tasks[7].id) == tasks[7]
+
+    run(scenario())
