@@ -199,25 +199,28 @@ class SqliteTaskStore:
         return await self._run(operation, lambda db: db.execute(sql, parameters).fetchall())
 
     async def _run(self, operation: str, statement: Callable[[sqlite3.Connection], T]) -> T:
-        """`statement` on the connection; while the database is locked (a checkpoint, another process
-        writing), tried again after a pause, until the busy timeout."""
         db = await self._connection()
+        with self._translated(operation):
+            return await self._while_locked(lambda: statement(db))
+
+    async def _while_locked(self, attempt: Callable[[], T]) -> T:
+        """`attempt()`, tried again after a pause while the database is locked (a checkpoint, another process
+        writing, replicas setting up one new file), until the busy timeout."""
         deadline = time.monotonic() + self._busy_timeout_seconds
         pause, longest = LOCKED_PAUSES
-        with self._translated(operation):
-            while True:
-                try:
-                    return statement(db)
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) or time.monotonic() > deadline:
-                        raise
-                await asyncio.sleep(pause)
-                pause = min(2 * pause, longest)
+        while True:
+            try:
+                return attempt()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(pause * _jitter.uniform(0.5, 1.5))  # jittered: replicas do not retry in step
+            pause = min(2 * pause, longest)
 
     async def _checkpoint(self) -> None:
         """Copy the WAL back into the database file, in a worker thread: first PASSIVE, the bulk, while writers
-        go on; then RESTART, which copies what they appended meanwhile holding new writes off (a write here
-        waits ~1 ms, in `_run`), so the next write starts the WAL over instead of growing it."""
+        go on; then RESTART, which copies what they appended meanwhile holding new writes off (a write waits
+        for it in `_while_locked`: a few ms at most here), so the next write starts the WAL over."""
 
         def checkpoint() -> None:
             with closing(sqlite3.connect(self.path, timeout=self._busy_timeout_seconds)) as db:
@@ -247,20 +250,13 @@ class SqliteTaskStore:
         # other than the one that built the store; the module serialises calls on a connection anyway.
         db = sqlite3.connect(self.path, isolation_level=None, timeout=0, check_same_thread=False)
         try:
-            # Replicas opening one new file at once: switching it to WAL or creating the schema can fail
-            # with "database is locked". Every step is idempotent, so the whole set-up is tried again.
-            deadline = time.monotonic() + self._busy_timeout_seconds
-            while True:
-                try:
-                    self._set_up(db)
-                    return db
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) or time.monotonic() > deadline:
-                        raise
-                await asyncio.sleep(_jitter.uniform(0.005, 0.05))
+            # Every set-up step is idempotent, so the whole set-up is tried again while another replica
+            # opening the same new file holds it (switching to WAL, creating the schema).
+            await self._while_locked(lambda: self._set_up(db))
         except BaseException:
             db.close()
             raise
+        return db
 
     @staticmethod
     def _set_up(db: sqlite3.Connection) -> None:
