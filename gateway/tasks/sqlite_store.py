@@ -75,6 +75,9 @@ _UPDATE = (
     "UPDATE tasks SET state = ?, version = ?, expires_at = ?, due_at = ?, record = ? "
     f"WHERE id = ? AND version = ? AND {_IS_OPEN}"
 )
+# INDEXED BY: without statistics the planner took tasks_by_state and sorted every open task (50-90 ms at
+# 100,000 open here); the due index reads only the rows due, already in order (0.6 ms for 500).
+_DUE = f"SELECT record FROM tasks INDEXED BY tasks_due WHERE {_IS_OPEN} AND due_at <= ? ORDER BY due_at, rowid LIMIT ?"
 _PURGE = "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks WHERE expires_at < ? LIMIT ?)"
 _ACQUIRE = (
     "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
@@ -146,8 +149,7 @@ class SqliteTaskStore:
         return True
 
     async def due(self, now: float, limit: int | None = None) -> list[Task]:
-        sql = f"SELECT record FROM tasks WHERE {_IS_OPEN} AND due_at <= ? ORDER BY due_at, rowid LIMIT ?"
-        records = await self._read("due", sql, (now, -1 if limit is None else limit))
+        records = await self._read("due", _DUE, (now, -1 if limit is None else limit))
         return [_decode(record) for record in records]
 
     async def count_unfinished(self) -> dict[TaskState, int]:

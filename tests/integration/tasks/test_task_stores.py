@@ -28,7 +28,7 @@ import redis
 from gateway.tasks.base import TaskStore, TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.tasks.redis_store import RedisTaskStore
-from gateway.tasks.sqlite_store import SqliteTaskStore
+from gateway.tasks.sqlite_store import _DUE, SqliteTaskStore
 from gateway.tasks.stores import build_task_store
 from tests.conftest import free_port
 from tests.redis_fixtures import RedisServer
@@ -409,7 +409,7 @@ def test_redis_unreachable_raises_without_leaking_the_url() -> None:
 WRITER = """
 import asyncio, sys, time
 from gateway.tasks.model import Task, TaskState
-from gateway.tasks.sqlite_store import SqliteTaskStore
+from gateway.tasks.sqlite_store import _DUE, SqliteTaskStore
 
 async def main() -> None:
     store = SqliteTaskStore(sys.argv[1])
@@ -576,3 +576,19 @@ def test_sqlite_purges_in_batches_until_every_expired_task_is_gone(
             assert await store.get(tasks[7].id) == tasks[7]
 
     run(scenario())
+
+
+def test_sqlite_due_reads_only_the_due_rows_through_its_index(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.sqlite3"
+    clock = ManualClock()
+
+    async def scenario() -> None:
+        async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
+            for _ in range(3):
+                await store.create(new_task(clock))
+
+    run(scenario())
+    with closing(sqlite3.connect(path)) as db:
+        plan = " ".join(str(row[-1]) for row in db.execute(f"EXPLAIN QUERY PLAN {_DUE}", (clock(), 500)))
+    # Not a scan of every open task and a sort: the scan's cost follows what is due, not what is open.
+    assert "USING INDEX tasks_due" in plan and "TEMP B-TREE" not in plan, plan
