@@ -11,12 +11,13 @@ file sees it. Each check-and-write is a single statement (`INSERT … ON CONFLIC
 nothing, a power loss may lose the last commits.
 
 Statements run on the event loop. Each reads or writes a few rows through an index and appends to the WAL
-in the page cache: 5-100 us here, less than a trip to a worker thread (aiosqlite: ~70 us of CPU per trip,
-and at 200 submits/s its waits for the GIL gave a 100 us insert a p99 of 13-27 ms). Nothing on the loop waits
-for anything else: a database locked by another process is tried again after a short asynchronous pause
-(busy timeout 0 on the connection), checkpoints (copying the WAL back, with fsync) run in a worker thread on
-their own connection every CHECKPOINT_EVERY_WRITES writes (SQLite's own would run on the writer, the loop), and
-expired tasks are deleted in batches.
+in the page cache: 5-300 us here (writes the most: a commit appends every page it changed). Through a worker
+thread (aiosqlite) each statement cost ~70 us more CPU, and at 200 submits/s its waits for the GIL gave a
+100 us insert a p99 of 13-27 ms. Nothing on the loop waits for anything else: a locked database (another
+process writing, a checkpoint) is tried again after a short asynchronous pause (busy timeout 0 on the
+connection), checkpoints (copying the WAL back, with fsync) run in a worker thread on their own connection
+every CHECKPOINT_EVERY_WRITES writes (SQLite's own would run on the writer: the loop), and expired tasks are
+deleted in batches.
 
 Watchers are woken in process only (`ChangeNotifier`); another process on the same file sees the data, and
 its watchers notice a change on their own timeout.
@@ -247,10 +248,9 @@ class SqliteTaskStore:
 
     async def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit (see the module docstring); busy timeout 0: `_run` waits for locks, not SQLite's busy
-        # handler, which would sleep on the loop. check_same_thread off: test clients run the loop in a thread
-        # other than the one that built the store; the module serialises calls on a connection anyway.
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=0, check_same_thread=False)
+        # Autocommit (see the module docstring); busy timeout 0: `_while_locked` waits for locks, not SQLite's
+        # busy handler, which would sleep on the loop.
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=0)
         try:
             # Every set-up step is idempotent, so the whole set-up is tried again while another replica
             # opening the same new file holds it (switching to WAL, creating the schema).
