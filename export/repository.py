@@ -98,7 +98,8 @@ def encoder_config(model: ServedModel) -> mc.ModelConfig:
             **_model_params(model),
             "cpu_precision": model.cpu_precision,  # int8 | fp32 on KIND_CPU instances
             "gpu_execution_provider": "cuda",  # cuda (FP16 graph) | tensorrt (FP32 graph, FP16 engine)
-            "intra_op_threads": "0",  # 0: the cores this process may use, shared by the CPU instances
+            "parallel_runs": "0",  # 0: on KIND_CPU, one single-threaded run per core (encoder.plan_session)
+            "intra_op_threads": "0",  # 0: the cores this process may use, shared by the CPU instances and runs
             "allow_spinning": "false",  # idle ONNX Runtime workers sleep: the cores are shared
             "padding_ratio": "1.15",  # a chunk's padded area over its real tokens (encoder.chunk_sizes)
         },

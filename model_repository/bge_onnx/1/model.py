@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -32,6 +33,9 @@ class TritonPythonModel:
             cpu_instances,
         )
         self.session = create_session(os.path.join(version_dir, plan.model_file), plan)
+        # Chunks of a batch run side by side on these threads (ONNX Runtime releases the GIL while it runs).
+        self.workers = plan.parallel_runs
+        self.executor = ThreadPoolExecutor(self.workers, "bge_onnx-run") if self.workers > 1 else None
         self.padding_ratio = float(params.get("padding_ratio", PADDING_RATIO))
         self.dimension = int(output["dims"][-1])
         produced = self.session.get_outputs()[0].shape[-1]
@@ -55,12 +59,16 @@ class TritonPythonModel:
             masks.append(pair[1])
             valid.append(index)
         if valid:
-            parts = encode_by_length(self._run, ids, masks, self.padding_ratio)
+            parts = encode_by_length(self._run, ids, masks, self.padding_ratio, self.executor, self.workers)
             for index, part in zip(valid, parts, strict=True):
                 responses[index] = pb_utils.InferenceResponse(
                     [pb_utils.Tensor("EMBEDDING", part.astype(np.float32, copy=False))]
                 )
         return responses
+
+    def finalize(self) -> None:
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
 
     def _run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         (embeddings,) = self.session.run(None, {"INPUT_IDS": input_ids, "ATTENTION_MASK": attention_mask})

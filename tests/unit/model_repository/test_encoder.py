@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -52,10 +54,15 @@ def test_cpu_instances_run_int8_or_fp32_on_the_cpu_provider() -> None:
         encoder.plan_session("CPU", 0, {"cpu_precision": "fp16"}, "/tmp/trt")
 
 
-def test_default_threads_share_the_cores_this_process_may_use() -> None:
+def test_cpu_default_runs_one_single_threaded_run_per_core_this_process_may_use() -> None:
     cores = len(os.sched_getaffinity(0))
-    assert encoder.plan_session("CPU", 0, {"intra_op_threads": "0"}, "").intra_op_threads == cores
-    assert encoder.plan_session("CPU", 0, {}, "", cpu_instances=cores * 2).intra_op_threads == 1
+    plan = encoder.plan_session("CPU", 0, {"intra_op_threads": "0", "parallel_runs": "0"}, "")
+    assert (plan.parallel_runs, plan.intra_op_threads) == (cores, 1)
+    shared = encoder.plan_session("CPU", 0, {}, "", cpu_instances=cores * 2)
+    assert (shared.parallel_runs, shared.intra_op_threads) == (1, 1)
+    one_at_a_time = encoder.plan_session("CPU", 0, {"parallel_runs": "1"}, "")
+    assert (one_at_a_time.parallel_runs, one_at_a_time.intra_op_threads) == (1, cores)
+    assert encoder.plan_session("GPU", 0, {}, "").parallel_runs == 1  # one CUDA stream: runs in turn
 
 
 def test_gpu_instances_run_fp16_on_cuda_or_tensorrt() -> None:
@@ -103,3 +110,37 @@ def test_encode_by_length_pads_each_chunk_to_its_own_longest_and_keeps_request_o
     assert [p[:, 0].tolist() for p in parts] == [[7.0, 2.0], [1.0], [5.0, 3.0, 6.0, 4.0]]
     assert [p[:, 1].tolist() for p in parts] == [[701.0, 201.0], [101.0], [501.0, 301.0, 601.0, 401.0]]
     assert encoder.encode_by_length(run, [], []) == []
+
+
+def test_balance_splits_chunks_larger_than_a_workers_share() -> None:
+    lengths = np.array([10] * 8 + [40, 40])
+    chunks = [np.arange(8), np.array([8, 9])]  # costs 80 and 80: each is half of the whole
+    assert [c.tolist() for c in encoder.balance(chunks, lengths, 2)] == [list(range(8)), [8, 9]]
+    one = encoder.balance([np.arange(8)], lengths, 2)  # a single chunk would leave a worker idle
+    assert [c.tolist() for c in one] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [c.tolist() for c in encoder.balance([np.array([8])], lengths, 4)] == [[8]]  # one row stays whole
+    assert encoder.balance(chunks, lengths, 1) == chunks
+
+
+def test_encode_by_length_runs_chunks_side_by_side_with_the_same_result() -> None:
+    rng = np.random.default_rng(1)
+    ids, masks = [], []
+    for _ in range(12):
+        rows, width = int(rng.integers(1, 4)), int(rng.integers(3, 60))
+        mask = (np.arange(width) < rng.integers(1, width + 1, size=(rows, 1))).astype(np.int64)
+        ids.append(mask * rng.integers(1, 1000, size=(rows, width)))
+        masks.append(mask)
+    barriers: list[threading.Barrier] = []
+    calls = iter(range(1000))
+
+    def run(batch_ids: np.ndarray, batch_mask: np.ndarray) -> np.ndarray:
+        if barriers and next(calls) < 2:
+            barriers[0].wait()  # the first two runs meet here: run one at a time, they would time out
+        return np.stack([batch_mask.sum(axis=1), batch_ids.sum(axis=1)], axis=1).astype(np.float32)
+
+    sequential = encoder.encode_by_length(run, ids, masks, 1.15)
+    barriers.append(threading.Barrier(2, timeout=10))
+    with ThreadPoolExecutor(2) as executor:
+        parallel = encoder.encode_by_length(run, ids, masks, 1.15, executor, 2)
+    assert [p.tolist() for p in parallel] == [p.tolist() for p in sequential]
+    assert [p[:, 0].tolist() for p in parallel] == [m.sum(axis=1).tolist() for m in masks]
