@@ -37,7 +37,7 @@ def plan_session(
     the chunks of a dynamic batch are small (a few rows of similar length), where ONNX Runtime's threads spend
     much of each run waiting for one another. Measured on INT8 MiniLM, 2 cores, batches of 8-32 mixed texts:
     1.3-1.7 x the texts/s of one run at a time on 2 threads, and a lower latency per batch."""
-    cores = default_intra_op_threads(cpu_instances)
+    cores = cores_per_instance(cpu_instances)
     parallel = int(params.get("parallel_runs", "0")) or (cores if kind == "CPU" else 1)
     threads = int(params.get("intra_op_threads", "0")) or max(1, cores // parallel)
     spin = params.get("allow_spinning", "false").lower() in ("1", "true", "yes")
@@ -61,7 +61,7 @@ def plan_session(
     return SessionPlan(CPU_FILES[precision], [("CPUExecutionProvider", {})], threads, spin, parallel)
 
 
-def default_intra_op_threads(cpu_instances: int) -> int:
+def cores_per_instance(cpu_instances: int) -> int:
     """The cores this process may run on (its affinity mask), shared by the CPU instances
     so that they do not oversubscribe the cores."""
     return max(1, len(os.sched_getaffinity(0)) // max(1, cpu_instances))

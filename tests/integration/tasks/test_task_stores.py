@@ -592,3 +592,36 @@ def test_sqlite_due_reads_only_the_due_rows_through_its_index(tmp_path: Path) ->
         plan = " ".join(str(row[-1]) for row in db.execute(f"EXPLAIN QUERY PLAN {_DUE}", (clock(), 500)))
     # Not a scan of every open task and a sort: the scan's cost follows what is due, not what is open.
     assert "USING INDEX tasks_due" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_sqlite_counts_open_tasks_without_holding_the_loop(tmp_path: Path) -> None:
+    path, clock = tmp_path / "tasks.sqlite3", ManualClock()
+
+    async def create_schema() -> None:
+        async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
+            await store.open()
+
+    run(create_schema())
+    with closing(sqlite3.connect(path)) as db, db:  # a large backlog, written in bulk (records are not read)
+        rows = ((f"task_{n}", "pending" if n % 4 else "processing", 0, "{}") for n in range(200_000))
+        db.executemany("INSERT INTO tasks (id, state, version, record) VALUES (?, ?, ?, ?)", rows)
+
+    async def scenario() -> None:
+        async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
+            ticks = 0
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0)
+                    ticks += 1
+
+            ticker = asyncio.create_task(tick())
+            await asyncio.sleep(0.01)
+            ticks = 0
+            counts = await store.count_unfinished()  # counted on the loop, no tick could run meanwhile
+            ticker.cancel()
+            assert counts == {TaskState.PENDING: 150_000, TaskState.PROCESSING: 50_000}
+            assert ticks >= 20, ticks
+
+    run(scenario())
