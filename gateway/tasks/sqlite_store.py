@@ -17,7 +17,7 @@ thread (aiosqlite) each statement cost ~70 us more CPU, and at 200 submits/s its
 process writing, a checkpoint) is tried again after a short asynchronous pause (busy timeout 0 on the
 connection), checkpoints (copying the WAL back, with fsync) run in a worker thread on their own connection
 every CHECKPOINT_EVERY_WRITES writes (SQLite's own would run on the writer: the loop), so does the count of
-open tasks (it reads every one: ~10 ms at 100,000 open), and expired tasks are deleted in batches.
+open tasks (it reads every one: ~1 ms per 20,000 open here), and expired tasks are deleted in batches.
 
 Watchers are woken in process only (`ChangeNotifier`); another process on the same file sees the data, and
 its watchers notice a change on their own timeout.
@@ -155,7 +155,7 @@ class SqliteTaskStore:
         return [_decode(record) for record in records]
 
     async def count_unfinished(self) -> dict[TaskState, int]:
-        """Counted off the loop: the count reads every open task's index entry (~1 ms per 20,000 here)."""
+        """Counted off the loop (see the module docstring)."""
         await self._connection()  # the file and its schema exist
         with self._translated("count_unfinished"):
             rows = await self._on_own_connection(lambda db: db.execute(_COUNT_OPEN).fetchall())
