@@ -619,7 +619,7 @@ def test_sqlite_counts_open_tasks_without_holding_the_loop(tmp_path: Path) -> No
             ticker = asyncio.create_task(tick())
             await asyncio.sleep(0.01)
             ticks = 0
-            counts = await store.count_unfinished()  # counted on the loop, no tick could run meanwhile
+            counts = await store.count_unfinished()  # on the loop (as before) this left 0 ticks
             ticker.cancel()
             assert counts == {TaskState.PENDING: 150_000, TaskState.PROCESSING: 50_000}
             assert ticks >= 20, ticks
