@@ -56,6 +56,7 @@ from bench.common import (
     venv_python,
 )
 from bench.stack import REPOSITORY, Endpoint, free_port, gateway, triton
+from bench.triton_stats import MODEL, TritonStats
 from bench.workload import texts as workload_texts
 
 if TYPE_CHECKING:
@@ -612,6 +613,10 @@ def table_rows(points: Sequence[Point], reference: float | None) -> list[dict[st
                 "server CPU %": extra.get("server_cpu_percent", float("nan")),
                 "other CPU %": extra.get("foreign_cpu_percent", float("nan")),
                 "x INT8 in-process": point.throughput / reference if reference else float("nan"),
+                "Triton calls/text": extra.get("triton_calls_per_text", float("nan")),
+                f"{MODEL} batch": extra.get("model_batch", float("nan")),
+                f"{MODEL} busy %": extra.get("model_busy_percent", float("nan")),
+                f"{MODEL} queue ms": extra.get("model_queue_ms", float("nan")),
                 "errors": int(extra.get("errors", 0)),
             }
         )
@@ -749,22 +754,24 @@ class RestLoad:
     model: str | None = None
     encoding_format: str | None = None
     cache: bool = False  # count answers that did not come from the cache
+    triton: TritonStats | None = None  # what Triton saw of the load, for loads that reach it
 
 
 def rest_loads(
-    concurrency: int, plan: Plan, triton_pid: int, uncached: Endpoint, cached: Endpoint, peers: Sequence[Peer]
+    concurrency: int, plan: Plan, triton: Endpoint, uncached: Endpoint, cached: Endpoint, peers: Sequence[Peer]
 ) -> list[RestLoad]:
     singles: list[str | list[str]] = list(plan.texts)
     groups: list[str | list[str]] = list(batches(plan.texts, BATCH))
     gateway_url, cache_url = f"{uncached.base_url}/v1/embeddings", f"{cached.base_url}/v1/embeddings"
-    stack = {"gateway": uncached.server.pid, "triton": triton_pid}
+    stack = {"gateway": uncached.server.pid, "triton": triton.server.pid}
+    seen = TritonStats(triton.base_url)
     loads = [
-        RestLoad(GATEWAY_1, gateway_url, singles, stack),
-        RestLoad(GATEWAY_32, gateway_url, groups, stack),
+        RestLoad(GATEWAY_1, gateway_url, singles, stack, triton=seen),
+        RestLoad(GATEWAY_32, gateway_url, groups, stack, triton=seen),
         RestLoad(CACHED_1, cache_url, singles, {"gateway": cached.server.pid}, cache=True),
     ]
     if concurrency == TARGET_CONCURRENCY:  # what JSON floats cost against base64, at the target's setting
-        loads.append(RestLoad(GATEWAY_BASE64, gateway_url, singles, stack, encoding_format="base64"))
+        loads.append(RestLoad(GATEWAY_BASE64, gateway_url, singles, stack, encoding_format="base64", triton=seen))
     for peer in peers:
         servers = {"infinity": peer.endpoint.server.pid}
         url = f"{peer.endpoint.base_url}/embeddings"
@@ -786,7 +793,6 @@ async def measure_rounds(
     texts = plan.texts
     series: dict[tuple[str, float], Series] = {}
     opened = Series(CACHED_OPEN_LOOP, plan.cache_rate)
-    triton_pid = triton_endpoint.server.pid
 
     def record(system: str, x: float, stats: RunStats, window: CpuWindow, counters: dict[str, float]) -> None:
         item = series.setdefault((system, x), Series(system, x))
@@ -810,12 +816,12 @@ async def measure_rounds(
                 stats = function(subset)
             record(system, 1, stats, window, {})
         for concurrency in plan.concurrencies:
-            for load in rest_loads(concurrency, plan, triton_pid, uncached, cached, peers):
+            for load in rest_loads(concurrency, plan, triton_endpoint, uncached, cached, peers):
                 stats, window, counters = await measure_rest(load, concurrency)
                 record(load.system, concurrency, stats, window, counters)
             for system, requests in ((TRITON_1, batches(texts, 1)), (TRITON_32, batches(texts, BATCH))):
-                stats, window = await measure_triton(triton_endpoint.grpc_target, requests, concurrency, triton_pid)
-                record(system, concurrency, stats, window, {})
+                stats, window, counters = await measure_triton(triton_endpoint, requests, concurrency)
+                record(system, concurrency, stats, window, counters)
             for server in (triton_endpoint.server, uncached.server, cached.server):
                 server.check_alive()
         url = f"{cached.base_url}/v1/embeddings"
@@ -837,22 +843,30 @@ async def measure_rest(load: RestLoad, concurrency: int) -> tuple[RunStats, CpuW
         )
         await warm_up(request, concurrency)  # opens the connections and wakes the server outside the timing
         misses.clear()
+        before = await load.triton.snapshot() if load.triton else None
         stats, window = await measure(request, total=len(load.requests), concurrency=concurrency, servers=load.servers)
     finally:
         await session.aclose()
-    return stats, window, {"cache_misses": float(len(misses))} if load.cache else {}
+    counters = {"cache_misses": float(len(misses))} if load.cache else {}
+    if load.triton and before is not None:
+        counters |= await load.triton.since(before, stats.items, stats.elapsed)
+    return stats, window, counters
 
 
 async def measure_triton(
-    target: str, requests: Sequence[list[str]], concurrency: int, triton_pid: int
-) -> tuple[RunStats, CpuWindow]:
-    client = TritonDirect(target)
+    triton: Endpoint, requests: Sequence[list[str]], concurrency: int
+) -> tuple[RunStats, CpuWindow, dict[str, float]]:
+    client = TritonDirect(triton.grpc_target)
+    seen = TritonStats(triton.base_url)
     try:
         request = client.request(requests)
         await warm_up(request, concurrency)
-        return await measure(request, total=len(requests), concurrency=concurrency, servers={"triton": triton_pid})
+        before = await seen.snapshot()
+        servers = {"triton": triton.server.pid}
+        stats, window = await measure(request, total=len(requests), concurrency=concurrency, servers=servers)
     finally:
         await client.aclose()
+    return stats, window, await seen.since(before, stats.items, stats.elapsed)
 
 
 async def warm_up(request: Request, concurrency: int) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from bench.common import PartResult, Point, RunStats
 from bench.embeddings import CpuWindow, Series, batches, checkpoint_for, measure_triton, require_export
 from bench.stack import REPOSITORY, triton
+from bench.triton_stats import MODEL
 from bench.workload import texts as workload_texts
 from export.repository import MAX_BATCH_SIZE, copy_with_config
 
@@ -86,7 +87,7 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: 
     runs = 1 if quick else runs
     log_dir = out_dir / "logs" / PART
     endpoint = triton(log_dir, gpu_repository(repository, log_dir / "repository"))
-    server, target = endpoint.server, endpoint.grpc_target
+    server = endpoint.server
     series: dict[tuple[int, int], Series] = {}
     began = time.monotonic()
     server.start(endpoint.ready_url, timeout=600)  # TensorRT-free, but CUDA's start-up is slow
@@ -95,8 +96,8 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: 
             for in_flight in BATCHES_IN_FLIGHT:
                 for batch_size in BATCH_SIZES:
                     requests, concurrency = requests_for(texts, batch_size, in_flight)
-                    stats, window = await measure_triton(target, requests, concurrency, server.pid)
-                    record(series, in_flight, batch_size, stats, window)
+                    stats, window, counters = await measure_triton(endpoint, requests, concurrency)
+                    record(series, in_flight, batch_size, stats, window, counters)
                 server.check_alive()
     finally:
         server.stop()
@@ -112,11 +113,17 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: 
 
 
 def record(
-    series: dict[tuple[int, int], Series], in_flight: int, batch_size: int, stats: RunStats, window: CpuWindow
+    series: dict[tuple[int, int], Series],
+    in_flight: int,
+    batch_size: int,
+    stats: RunStats,
+    window: CpuWindow,
+    counters: dict[str, float],
 ) -> None:
     item = series.setdefault((in_flight, batch_size), Series(series_name(in_flight), batch_size))
     item.runs.append(stats)
     item.cpu.append(window.percent)
+    item.counters.append(counters)
 
 
 def table_row(point: Point) -> dict[str, Any]:
@@ -127,5 +134,7 @@ def table_row(point: Point) -> dict[str, Any]:
         "p50 ms": point.p50_ms,
         "p99 ms": point.p99_ms,
         "server CPU %": point.extra.get("server_cpu_percent", float("nan")),
+        f"{MODEL} batch": point.extra.get("model_batch", float("nan")),
+        f"{MODEL} busy %": point.extra.get("model_busy_percent", float("nan")),
         "errors": int(point.extra.get("errors", 0)),
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -192,6 +193,7 @@ def test_table_rows_carry_the_ratio_to_the_in_process_ceiling() -> None:
     rows = table_rows([point(GATEWAY_1, 32, 300)], reference=400)
     assert rows[0]["x INT8 in-process"] == pytest.approx(0.75)
     assert rows[0]["concurrency"] == 32 and rows[0]["system"] == GATEWAY_1
+    assert math.isnan(rows[0]["bge_onnx batch"])  # no Triton figures for this point
 
 
 # -- end to end -----------------------------------------------------------------------------------------
@@ -208,5 +210,15 @@ def test_quick_run_measures_the_gateway_and_triton(tmp_path: Path, minilm_reposi
         assert measured, f"{system} missing from {systems}"
         assert all(p["throughput"] > 0 and p["extra"]["errors"] == 0 for p in measured)
     assert {p["x"] for p in written["points"] if p["system"] == GATEWAY_1} == {1, 8}
+    # What Triton saw: every text once, in calls of 1 or 32 texts straight, fewer calls through the gateway.
+    seen = {(p["system"], p["x"]): p["extra"] for p in written["points"] if "triton_calls_per_text" in p["extra"]}
+    assert {system for system, _ in seen} == {GATEWAY_1, GATEWAY_32, TRITON_1, TRITON_32}
+    for (system, _), extra in seen.items():
+        calls = {TRITON_1: 1.0, TRITON_32: 1 / 32}.get(system)
+        if calls is not None:
+            assert extra["triton_calls_per_text"] == pytest.approx(calls)
+        else:
+            assert 0 < extra["triton_calls_per_text"] <= (1 if system == GATEWAY_1 else 1 / 32)
+        assert extra["model_batch"] >= 1 and 0 < extra["model_busy_percent"] <= 105 and extra["model_queue_ms"] >= 0
     assert len(result.targets) == 5
     assert any("infinity-emb not run" in note for note in result.notes)
