@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import os
 import platform
 import resource
@@ -32,6 +33,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+log = logging.getLogger(__name__)
 
 
 # -- statistics ---------------------------------------------------------------------------------------
@@ -93,8 +95,9 @@ async def closed_loop(request: Callable[[int], Awaitable[int]], *, total: int, c
             started = time.perf_counter()
             try:
                 done = await request(index)  # not `items += await ...`: that reads `items` before awaiting
-            except Exception:
+            except Exception as exc:
                 errors += 1
+                _log_failure(errors, index, exc)
                 continue
             items += done
             latencies.append(time.perf_counter() - started)
@@ -105,6 +108,12 @@ async def closed_loop(request: Callable[[int], Awaitable[int]], *, total: int, c
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     return RunStats(elapsed, latencies, errors, items, process_cpu_seconds() - cpu)
+
+
+def _log_failure(errors: int, index: int, exc: Exception) -> None:
+    """The first failure of a run, so that an error count in the report has a cause in the log."""
+    if errors == 1:
+        log.warning("request %d failed: %s", index, repr(exc)[:300])
 
 
 def settle_heap() -> None:
@@ -126,8 +135,9 @@ async def open_loop(request: Callable[[int], Awaitable[int]], *, rate: float, du
         nonlocal errors, items
         try:
             done = await request(index)
-        except Exception:
+        except Exception as exc:
             errors += 1
+            _log_failure(errors, index, exc)
             return
         items += done
         latencies.append(time.perf_counter() - scheduled)

@@ -731,6 +731,9 @@ def build_result(
         *notes,
         "other CPU %: what the rest of the machine (other users' jobs) used during a measurement; "
         "figures measured while it was high are not comparable with a quiet machine",
+        f"Triton's own statistics over each load that reached it: Triton calls/text (below 1 where the gateway "
+        f"merged concurrent requests), {MODEL} batch (texts per execution of the encoder), {MODEL} busy % (its "
+        f"executions' time over the load's wall time), {MODEL} queue ms (mean wait of a request in its batcher)",
     ]
     return PartResult(
         part=PART,

@@ -103,6 +103,18 @@ def test_closed_loop_alone_undercounts_overlapping_items() -> None:
     assert stats.items <= 64  # equal once bench.common counts after the await
 
 
+def test_failed_requests_are_counted_and_the_first_cause_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    async def request(index: int) -> int:
+        if index % 4 == 0:
+            raise EmbeddingsError(f"HTTP 503: request {index}")
+        return 1
+
+    stats = asyncio.run(closed_loop(request, total=8, concurrency=2))
+    assert stats.errors == 2 and len(stats.latencies) == 6
+    failures = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert failures == ["request 0 failed: EmbeddingsError('HTTP 503: request 0')"]
+
+
 def test_tree_cpu_seconds_reads_this_process_and_ignores_a_missing_one() -> None:
     assert tree_cpu_seconds(os.getpid()) > 0
     assert tree_cpu_seconds(2**22 + 12345) == 0.0
