@@ -5,7 +5,8 @@ from the store every `scan_interval_seconds`, so a task survives any replica: a 
 still pending (and submits it) or processing (and polls it once its webhook is overdue). Submitting
 and polling a task each take a short lease in the store first, so one replica at a time does it;
 the time of the next attempt or poll is kept on the task, so the back-off continues wherever the
-task goes next. New tasks are also queued locally, so the replica that accepted one submits it at once.
+task goes next. New tasks are also queued locally, so the replica that accepted one submits it at once,
+under the submit lease it took with the task (`enqueue_created`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from typing import Any, Protocol
 from gateway import metrics
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.services.image_ledger import TaskLedger
-from gateway.tasks.base import TaskStoreError
+from gateway.tasks.base import Lease, TaskStoreError
 from gateway.tasks.model import Task, TaskState
 from gateway.upstreams.image_api import FalStatus, FalSubmission, ImageUpstreamError
 
@@ -78,6 +80,7 @@ class ImageTaskRunner:
         self._owner = owner  # this replica's name on leases
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
+        self._created: dict[str, tuple[Task, float]] = {}  # by `enqueue_created`: record, lease fresh until
         self._busy: set[str] = set()  # tasks this replica is submitting, polling or timing out right now
         self._polls = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._background: set[asyncio.Task[None]] = set()
@@ -93,6 +96,17 @@ class ImageTaskRunner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    def submit_lease(self, task_id: str) -> Lease:
+        """The lease a replica holds while it submits `task_id` upstream."""
+        return Lease(f"submit:{task_id}", self._owner, self._config.lease_seconds)
+
+    def enqueue_created(self, task: Task, leased_at: float) -> None:
+        """Queue a task this replica has just created together with its `submit_lease` (requested at
+        `leased_at`, monotonic): while the lease is fresh, the submit needs neither the lease nor a read. A
+        cancel meanwhile is seen when the outcome is recorded (the upstream job is then cancelled)."""
+        self._created[task.id] = (task, leased_at + self._config.lease_seconds / 2)
+        self.enqueue(task.id)
 
     def enqueue(self, task_id: str) -> None:
         if task_id not in self._queued and task_id not in self._busy:
@@ -148,22 +162,35 @@ class ImageTaskRunner:
             await self._exclusive(task_id, self._submit(task_id))
 
     async def _submit(self, task_id: str) -> None:
-        lease = f"submit:{task_id}"
-        if not await self._store.acquire_lease(lease, self._owner, self._config.lease_seconds):
+        lease = self.submit_lease(task_id)
+        task = self._fresh_leased(task_id)
+        if task is None and not await self._store.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
             return  # another replica is submitting it
+        still_pending = True
         try:
-            task = await self._ledger.get(task_id)
+            if task is None:
+                task = await self._ledger.get(task_id)
             now = self._ledger.clock()
             if task.state != TaskState.PENDING or (task.next_attempt_at or 0.0) > now:
                 return
             if now >= task.deadline_at:
                 await self._time_out(task_id)
                 return
-            await self._submit_pending(task)
+            still_pending = (await self._submit_pending(task)).state == TaskState.PENDING
         finally:
-            await self._store.release_lease(lease, self._owner)
+            # Only a pending task is ever submitted: a lease on one that has moved on guards nothing, and
+            # lapses by itself (one command fewer per task).
+            if still_pending:
+                await self._store.release_lease(lease.name, lease.owner)
 
-    async def _submit_pending(self, task: Task) -> None:
+    def _fresh_leased(self, task_id: str) -> Task | None:
+        """The record this replica created `task_id` with, if its submit lease (taken with it) still has at
+        least half its time left; else None (take the lease and read the task as for any other)."""
+        created, leased_until = self._created.pop(task_id, (None, 0.0))
+        return created if time.monotonic() < leased_until else None
+
+    async def _submit_pending(self, task: Task) -> Task:
+        """Submit `task` upstream and record the outcome; the stored task afterwards."""
         callback = f"{self._config.callback_url_base}/{task.id}" if self._config.callback_url_base else None
         try:
             async with self._quota.slot():
@@ -171,15 +198,15 @@ class ImageTaskRunner:
         except (InvalidRequestError, NotFoundError) as exc:
             metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="rejected").inc()
             reason = exc.message
-            await self._ledger.change(
+            stored, _ = await self._ledger.change(
                 task.id, lambda t: self._ledger.failed(t, "upstream_rejected", reason), known=task
             )
-            return
+            return stored
         except GatewayError as exc:  # unavailable, timeout, quota, 5xx: try again later, until the deadline
             metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="retry").inc()
             log.warning("image task submit failed, will retry: %s", exc.message, extra={"task_id": task.id})
-            await self._ledger.change(task.id, self._retry_later, known=task)
-            return
+            stored, _ = await self._ledger.change(task.id, self._retry_later, known=task)
+            return stored
         metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="accepted").inc()
         now = self._ledger.clock()
         wait = self._config.callback_grace_seconds if callback else self._config.poll_initial_seconds
@@ -188,6 +215,7 @@ class ImageTaskRunner:
             # The task ended while this job was being submitted (cancel, timeout, or the webhook of an
             # earlier submission): nobody tracks this job, so stop it.
             self._spawn(self._cancel_upstream(task.id, submission.cancel_url))
+        return stored
 
     def _accepted(self, task: Task, submission: FalSubmission, now: float, wait: float) -> Task | None:
         if task.state != TaskState.PENDING:

@@ -67,14 +67,15 @@ class ImageService:
             idempotency_key=_digest(f"{caller}\0{idempotency_key}") if idempotency_key else None,
             request_hash=request_hash,
         )
-        stored, created = await self._ledger.store.create(task)
+        leased_at = time.monotonic()
+        stored, created = await self._ledger.store.create(task, self._runner.submit_lease(task.id))
         if not created and stored.request_hash != request_hash:
             raise ConflictError(
                 "Idempotency-Key was already used for a different request; use a new key for a new request",
                 param="Idempotency-Key",
             )
         if created:
-            self._runner.enqueue(stored.id)
+            self._runner.enqueue_created(stored, leased_at)
             metrics.IMAGE_TASK_TRANSITIONS.labels(state=TaskState.PENDING.value).inc()
         metrics.IMAGE_SUBMIT_LATENCY.observe(time.perf_counter() - started)
         return stored, created

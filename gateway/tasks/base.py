@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import UpstreamUnavailableError
@@ -28,10 +29,19 @@ class TaskChanges(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Lease:
+    name: str
+    owner: str
+    ttl_seconds: float
+
+
 class TaskStore(Protocol):
-    async def create(self, task: Task) -> tuple[Task, bool]:
+    async def create(self, task: Task, lease: Lease | None = None) -> tuple[Task, bool]:
         """Store a new task (version 0) and return `(task, True)`. If `task.idempotency_key` is already
-        held by a stored task, store nothing and return `(that task, False)` (atomic across replicas)."""
+        held by a stored task, store nothing and return `(that task, False)` (atomic across replicas).
+        `lease`: taken for its owner together with the new task (in the same atomic step), so the replica
+        that accepts a task can go on to submit it without another round trip; not taken when nothing is stored."""
         ...
 
     async def get(self, task_id: str) -> Task | None:
@@ -67,7 +77,8 @@ class TaskStore(Protocol):
         ...
 
     async def purge_expired(self, now: float) -> int:
-        """Delete tasks whose `expires_at` has passed (with their idempotency keys); return how many."""
+        """Delete tasks whose `expires_at` has passed (with their idempotency keys) and expired leases;
+        return how many tasks."""
         ...
 
     async def ping(self) -> bool:

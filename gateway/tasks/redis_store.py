@@ -9,9 +9,9 @@ Keys (prefix `gateway:tasks:` by default):
     {prefix}changed        pub/sub channel: '{origin} {id}' for each saved task (origin: the saving store)
 
 Check-and-write steps are Lua scripts, so they are atomic across replicas: `create` (take the idempotency key
-or return its holder), `save` (compare-and-set on `version`, never over a terminal state, then PUBLISH) and
-the lease scripts (only the owner renews or releases). The create script derives the holder's key from the
-prefix, so on a Redis Cluster the prefix needs a hash tag (`gateway:{tasks}:`).
+or return its holder; a new task's lease, if one comes with it), `save` (compare-and-set on `version`, never over
+a terminal state, then PUBLISH) and the lease scripts (only the owner renews or releases). The create script
+derives the holder's key from the prefix, so on a Redis Cluster the prefix needs a hash tag (`gateway:{tasks}:`).
 
 Records expire by TTL: `unfinished_ttl_seconds` as a safety net while a task runs, then the task's
 `expires_at` once it ends (on the task key and its idempotency key). Expiry is also checked against the
@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 
 from gateway.cache.redis_store import redis_client
-from gateway.tasks.base import ChangeNotifier, TaskChanges, TaskStoreError
+from gateway.tasks.base import ChangeNotifier, Lease, TaskChanges, TaskStoreError
 from gateway.tasks.model import OPEN_STATES, TERMINAL_STATES, Task, TaskState
 
 log = logging.getLogger(__name__)
@@ -91,10 +91,13 @@ class RedisTaskStore:
                 await listener
         await self._client.aclose()
 
-    async def create(self, task: Task) -> tuple[Task, bool]:
+    async def create(self, task: Task, lease: Lease | None = None) -> tuple[Task, bool]:
         keys = self._keys(task)
         args: list[str | int] = [task.id, task.version, task.state.value, _number(task.expires_at), task.to_json()]
         args += [int(task.state.terminal), self._ttl_ms(task), self._prefix, repr(self._clock()), repr(task.due_at)]
+        if lease is not None:
+            keys.append(self._lease_key(lease.name))
+            args += [lease.owner, _ttl_ms(lease.ttl_seconds)]
         reply = await self._call("create", lambda: self._create(keys=keys, args=args))
         return (task, True) if reply == 1 else (_decode(reply), False)
 
@@ -146,11 +149,11 @@ class RedisTaskStore:
         return dict(zip(OPEN_STATES, await self._call("count_unfinished", cards), strict=True))
 
     async def acquire_lease(self, name: str, owner: str, ttl_seconds: float) -> bool:
-        keys, args = [self._prefix + "lease:" + name], [owner, str(max(1, round(ttl_seconds * 1000)))]
+        keys, args = [self._lease_key(name)], [owner, _ttl_ms(ttl_seconds)]
         return bool(await self._call("acquire_lease", lambda: self._acquire(keys=keys, args=args)))
 
     async def release_lease(self, name: str, owner: str) -> None:
-        keys = [self._prefix + "lease:" + name]
+        keys = [self._lease_key(name)]
         await self._call("release_lease", lambda: self._release(keys=keys, args=[owner]))
 
     @asynccontextmanager
@@ -230,6 +233,9 @@ class RedisTaskStore:
     def _task_key(self, task_id: str) -> str:
         return self._prefix + "task:" + task_id
 
+    def _lease_key(self, name: str) -> str:
+        return self._prefix + "lease:" + name
+
     async def _forget(self, ids: list[str]) -> None:
         async with self._client.pipeline(transaction=False) as pipe:
             for key in self._due:
@@ -248,6 +254,10 @@ class RedisTaskStore:
 
     def _expired(self, task: Task) -> bool:
         return task.expires_at is not None and task.expires_at < self._clock()
+
+
+def _ttl_ms(seconds: float) -> str:
+    return str(max(1, round(seconds * 1000)))
 
 
 def _number(value: float | None) -> str:
@@ -278,13 +288,14 @@ _INDEX_LUA = (
 )
 _IDEM = f"KEYS[{2 + len(OPEN_STATES)}]"
 
-# KEYS: task, due:pending, due:processing[, idem]. ARGV: id, version, state, expires_at ('' = none), record,
-# terminal (1/0), ttl_ms, prefix, now (store clock), due_at. Returns 1 when stored, else the record of the
-# task already holding the key (or stored under the same id). A holder past its expires_at, or gone, leaves
-# the key free.
+# KEYS: task, due:pending, due:processing[, idem][, lease]. ARGV: id, version, state, expires_at ('' = none),
+# record, terminal (1/0), ttl_ms, prefix, now (store clock), due_at[, lease owner, lease ttl_ms]. Returns 1 when
+# stored (and the lease taken), else the record of the task already holding the key (or stored under the same
+# id). A holder past its expires_at, or gone, leaves the key free.
 _CREATE_LUA = (
     _INDEX_LUA
     + """
+local lease = ARGV[11] and table.remove(KEYS)  -- the last key when a lease comes along; KEYS[4] is then idem's
 local function live(key)
   local held = redis.call('HMGET', key, 'record', 'expires_at')
   if held[1] and (held[2] == '' or tonumber(held[2]) >= tonumber(ARGV[9])) then return held[1] end
@@ -301,6 +312,7 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'version', ARGV[2], 'state', ARGV[3], 'expires_at', ARGV[4], 'record', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 if IDEM then redis.call('SET', IDEM, ARGV[1], 'PX', ARGV[7]) end
+if lease then redis.call('SET', lease, ARGV[11], 'PX', ARGV[12]) end
 index(ARGV[3], ARGV[10])
 return 1
 """

@@ -7,7 +7,8 @@ clock). A file from before due_at gets the column on open, 0 for every row: each
 The connection runs in autocommit mode: every statement is its own transaction, committed to the WAL before
 the call returns, so a process killed right after a write loses nothing and the next process on the same
 file sees it. Each check-and-write is a single statement (`INSERT … ON CONFLICT`, `UPDATE … WHERE version =
-?`), so callers never interleave inside a transaction. WAL with synchronous=NORMAL: a crashed process loses
+?`), or for a task created with a lease, one explicit transaction run without a pause, so callers never
+interleave inside a transaction. WAL with synchronous=NORMAL: a crashed process loses
 nothing, a power loss may lose the last commits.
 
 Statements run on the event loop. Each reads or writes a few rows through an index and appends to the WAL
@@ -35,7 +36,7 @@ from contextlib import AbstractAsyncContextManager, closing, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.tasks.base import ChangeNotifier, TaskChanges, TaskStoreError
+from gateway.tasks.base import ChangeNotifier, Lease, TaskChanges, TaskStoreError
 from gateway.tasks.model import OPEN_STATES, Task, TaskState
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ _UPDATE = (
 _DUE = f"SELECT record FROM tasks INDEXED BY tasks_due WHERE {_IS_OPEN} AND due_at <= ? ORDER BY due_at, rowid LIMIT ?"
 _COUNT_OPEN = f"SELECT state, COUNT(*) FROM tasks WHERE {_IS_OPEN} GROUP BY state"
 _PURGE = "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks WHERE expires_at < ? LIMIT ?)"
+_PURGE_LEASES = "DELETE FROM leases WHERE expires_at < ?"
 _ACQUIRE = (
     "INSERT INTO leases (name, owner, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
     "SET owner = excluded.owner, expires_at = excluded.expires_at "
@@ -123,15 +125,19 @@ class SqliteTaskStore:
             with self._translated("close"):
                 db.close()
 
-    async def create(self, task: Task) -> tuple[Task, bool]:
+    async def create(self, task: Task, lease: Lease | None = None) -> tuple[Task, bool]:
         key = task.idempotency_key
+        row = (task.id, task.state.value, task.version, key, task.expires_at, task.due_at, task.to_json())
         for _ in range(3):  # the key's holder may expire and be deleted between our two statements
             if key is not None:  # an expired holder no longer holds the key
                 await self._write(
                     "create", "DELETE FROM tasks WHERE idempotency_key = ? AND expires_at < ?", (key, self._clock())
                 )
-            row = (task.id, task.state.value, task.version, key, task.expires_at, task.due_at, task.to_json())
-            if await self._write("create", _INSERT, row):
+            if lease is None:
+                inserted = await self._write("create", _INSERT, row)
+            else:
+                inserted = await self._write_with_lease(row, lease)
+            if inserted:
                 return task, True
             records = await self._read("create", _HOLDER, (key, task.id, key))
             if records:
@@ -172,7 +178,9 @@ class SqliteTaskStore:
         return self._notifier.subscribe(task_id)
 
     async def purge_expired(self, now: float) -> int:
-        """In batches, so one large delete never holds the loop."""
+        """In batches, so one large delete never holds the loop. Expired leases go too: a lease on a task that
+        has moved on is left to lapse rather than released (see `ImageTaskRunner`)."""
+        await self._write("purge_expired", _PURGE_LEASES, (now,))
         purged = 0
         while True:
             batch = await self._write("purge_expired", _PURGE, (now, PURGE_BATCH))
@@ -187,9 +195,32 @@ class SqliteTaskStore:
         except TaskStoreError:
             return False
 
+    async def _write_with_lease(self, row: Sequence[object], lease: Lease) -> int:
+        """`_INSERT` of `row`, and when it inserts, `lease` taken in the same transaction (BEGIN IMMEDIATE: the
+        write lock first, so a locked file fails before anything is written and `_while_locked` tries again)."""
+        now = self._clock()
+
+        def insert(db: sqlite3.Connection) -> int:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                inserted = db.execute(_INSERT, row).rowcount
+                if inserted:
+                    db.execute(_ACQUIRE, (lease.name, lease.owner, now + lease.ttl_seconds, now))
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return int(inserted)
+
+        return await self._committed("create", insert)
+
     async def _write(self, operation: str, sql: str, parameters: Sequence[object]) -> int:
         """Run one statement (its own committed transaction); the number of rows it changed."""
-        changed = await self._run(operation, lambda db: db.execute(sql, parameters).rowcount)
+        return await self._committed(operation, lambda db: db.execute(sql, parameters).rowcount)
+
+    async def _committed(self, operation: str, write: Callable[[sqlite3.Connection], int]) -> int:
+        """Run `write`, which commits, and checkpoint every CHECKPOINT_EVERY_WRITES writes."""
+        changed = await self._run(operation, write)
         self._writes += 1
         if self._writes >= CHECKPOINT_EVERY_WRITES and self._checkpointing is None:
             self._writes = 0

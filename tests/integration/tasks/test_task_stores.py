@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from gateway.tasks.base import TaskStore, TaskStoreError
+from gateway.tasks.base import Lease, TaskStore, TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.tasks.redis_store import RedisTaskStore
 from gateway.tasks.sqlite_store import _DUE, SqliteTaskStore
@@ -259,6 +259,29 @@ def test_a_watcher_is_woken_by_a_save_and_times_out_without_one(backend: Backend
                 assert await store.save(task.moved(TaskState.PROCESSING, backend.clock()))
                 assert await changes.wait(1.0)
                 assert not await changes.wait(0.05)  # one save, one wake-up
+
+    run(scenario())
+
+
+def test_a_lease_comes_with_a_new_task_only(backend: Backend) -> None:
+    first, replay = new_task(backend.clock, key="k"), new_task(backend.clock, key="k")
+
+    async def scenario() -> None:
+        async with opened(backend.make) as one, opened(backend.make) as two:
+            assert await one.create(first, Lease(f"submit:{first.id}", "replica-1", 30)) == (first, True)
+            assert not await two.acquire_lease(f"submit:{first.id}", "replica-2", 30)  # held with the task
+            assert await one.acquire_lease(f"submit:{first.id}", "replica-1", 30)  # its owner's
+            # The key's holder answers the replay: nothing stored, so no lease taken under the new id.
+            assert await two.create(replay, Lease(f"submit:{replay.id}", "replica-2", 30)) == (first, False)
+            assert await one.acquire_lease(f"submit:{replay.id}", "replica-1", 30)
+            plain = new_task(backend.clock)
+            assert await one.create(plain) == (plain, True)  # no lease asked for: none taken
+            assert await two.acquire_lease(f"submit:{plain.id}", "replica-2", 30)
+            short = new_task(backend.clock)
+            assert await one.create(short, Lease(f"submit:{short.id}", "replica-1", 0.1)) == (short, True)
+            backend.clock.now += 1  # SQLite expires on the store's clock, Redis on its own
+            await asyncio.sleep(0.15)
+            assert await two.acquire_lease(f"submit:{short.id}", "replica-2", 30)  # it lapses like any lease
 
     run(scenario())
 
@@ -576,6 +599,23 @@ def test_sqlite_purges_in_batches_until_every_expired_task_is_gone(
             assert await store.get(tasks[7].id) == tasks[7]
 
     run(scenario())
+
+
+def test_sqlite_purge_deletes_expired_leases_and_keeps_live_ones(tmp_path: Path) -> None:
+    path, clock = tmp_path / "tasks.sqlite3", ManualClock()
+
+    async def scenario() -> None:
+        async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
+            task = new_task(clock)
+            await store.create(task, Lease(f"submit:{task.id}", "replica-1", 10))
+            await store.acquire_lease("scan", "replica-1", 60)
+            clock.now += 11
+            assert await store.purge_expired(clock()) == 0  # tasks purged: none
+            assert not await store.acquire_lease("scan", "replica-2", 60)
+
+    run(scenario())
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT name FROM leases").fetchall() == [("scan",)]
 
 
 def test_sqlite_due_reads_only_the_due_rows_through_its_index(tmp_path: Path) -> None:

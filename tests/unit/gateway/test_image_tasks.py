@@ -1,17 +1,22 @@
-"""Task states, the ledger's compare-and-set loop, and the mapping of a request onto Pika's arguments."""
+"""Task states, the ledger's compare-and-set loop, the runner's store round trips per submit, and the mapping of
+a request onto Pika's arguments."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gateway.errors import UpstreamUnavailableError
+from gateway.quota import LocalQuotaLimiter
 from gateway.services.image_ledger import TaskLedger
-from gateway.services.image_runner import backoff
+from gateway.services.image_runner import ImageTaskRunner, RunnerConfig, backoff
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
-from gateway.upstreams.image_api import pika_arguments, result_urls
+from gateway.upstreams.image_api import FalStatus, FalSubmission, pika_arguments, result_urls
 
 P, R, C, F, X = (
     TaskState.PENDING,
@@ -147,6 +152,117 @@ def test_ledger_starts_from_a_known_record_and_trusts_no_change_only_on_a_fresh_
             task.id, lambda t: None if t.state.terminal else t.moved(R, 130.0), known=processing
         )
         assert not changed and again == final and reads == [task.id, task.id]
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+class StoreCalls:
+    """A real SQLite store whose lease, read and write calls are recorded by name."""
+
+    RECORDED = ("create", "get", "save", "acquire_lease", "release_lease")
+
+    def __init__(self, store: SqliteTaskStore) -> None:
+        self.store = store
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+        if name not in self.RECORDED:
+            return method
+
+        async def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return await method(*args, **kwargs)
+
+        return recorded
+
+
+class Upstream:
+    """Stands in for fal's queue API: accepts every job, or refuses it with a 503 while `down`."""
+
+    def __init__(self) -> None:
+        self.down = False
+        self.submitted: list[dict[str, Any]] = []
+
+    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
+        if self.down:
+            raise UpstreamUnavailableError("fal answered 503")
+        self.submitted.append(arguments)
+        base = f"https://queue.fal.run/pika/requests/{len(self.submitted)}"
+        return FalSubmission(str(len(self.submitted)), f"{base}/status", base, f"{base}/cancel")
+
+    async def status(self, submission_or_status_url: FalSubmission | str) -> FalStatus:
+        return FalStatus("IN_PROGRESS")
+
+    async def result(self, response_url: str) -> dict[str, Any]:
+        return {}
+
+    async def cancel(self, cancel_url: str) -> bool:
+        return True
+
+
+async def submitted(store: StoreCalls, runner: ImageTaskRunner, task: Task, leased_at: float | None) -> Task:
+    """Create `task` as the submit route does (with the runner's lease), queue it, and wait for its first save."""
+    lease = runner.submit_lease(task.id)
+    assert await store.create(task, lease if leased_at is not None else None) == (task, True)
+    if leased_at is None:
+        runner.enqueue(task.id)
+    else:
+        runner.enqueue_created(task, leased_at)
+    while "save" not in store.calls:
+        await asyncio.sleep(0.001)
+    stored = await store.store.get(task.id)
+    assert stored is not None
+    return stored
+
+
+@pytest.mark.parametrize("lease_age", ["fresh", "stale", "none"])
+def test_the_replica_that_created_a_task_submits_it_without_another_lease_or_read(
+    tmp_path: Path, lease_age: str
+) -> None:
+    """Per task: the lease comes with the create, the record is the one just created, and the lease of a task
+    that is processing lapses rather than being released. A stale or missing lease: taken and read first."""
+
+    async def scenario() -> None:
+        store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+        upstream = Upstream()
+        config = RunnerConfig(callback_url_base="https://gw.example/v1/callbacks/pika", scan_interval_seconds=60)
+        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        await runner.start()
+        now = time.time()
+        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
+        leased_at = {"fresh": time.monotonic(), "stale": time.monotonic() - config.lease_seconds, "none": None}
+        stored = await submitted(store, runner, task, leased_at[lease_age])
+        await runner.aclose()
+        assert stored.state == R and stored.upstream_request_id == "1" and upstream.submitted == [task.arguments]
+        first_steps = [] if lease_age == "fresh" else ["acquire_lease", "get"]
+        assert store.calls == ["create", *first_steps, "save"]
+        assert not await store.acquire_lease(f"submit:{task.id}", "replica-2", 30)  # still held: it lapses
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_task_left_pending_by_a_failed_submit_gets_its_lease_released(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+        upstream = Upstream()
+        upstream.down = True
+        config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
+        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        await runner.start()
+        now = time.time()
+        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
+        stored = await submitted(store, runner, task, time.monotonic())
+        while "release_lease" not in store.calls:
+            await asyncio.sleep(0.001)
+        await runner.aclose()
+        assert stored.state == P and stored.submit_attempts == 1 and stored.next_attempt_at is not None
+        assert store.calls == ["create", "save", "release_lease"]
+        assert await store.acquire_lease(f"submit:{task.id}", "replica-2", 30)  # free for any replica's retry
         await store.aclose()
 
     asyncio.run(scenario())
