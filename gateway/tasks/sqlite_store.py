@@ -7,7 +7,7 @@ clock). A file from before due_at gets the column on open, 0 for every row: each
 The connection runs in autocommit mode: every statement is its own transaction, committed to the WAL before
 the call returns, so a process killed right after a write loses nothing and the next process on the same
 file sees it. Each check-and-write is a single statement (`INSERT … ON CONFLICT`, `UPDATE … WHERE version =
-?`), or for a task created with a lease, one explicit transaction run without a pause, so callers never
+?`), or for a new task and its lease, one explicit transaction run without a pause, so callers never
 interleave inside a transaction. WAL with synchronous=NORMAL: a crashed process loses
 nothing, a power loss may lose the last commits.
 
@@ -133,11 +133,7 @@ class SqliteTaskStore:
                 await self._write(
                     "create", "DELETE FROM tasks WHERE idempotency_key = ? AND expires_at < ?", (key, self._clock())
                 )
-            if lease is None:
-                inserted = await self._write("create", _INSERT, row)
-            else:
-                inserted = await self._write_with_lease(row, lease)
-            if inserted:
+            if await self._insert(row, lease):
                 return task, True
             records = await self._read("create", _HOLDER, (key, task.id, key))
             if records:
@@ -195,7 +191,7 @@ class SqliteTaskStore:
         except TaskStoreError:
             return False
 
-    async def _write_with_lease(self, row: Sequence[object], lease: Lease) -> int:
+    async def _insert(self, row: Sequence[object], lease: Lease | None) -> int:
         """`_INSERT` of `row`, and when it inserts, `lease` taken in the same transaction (BEGIN IMMEDIATE: the
         write lock first, so a locked file fails before anything is written and `_while_locked` tries again)."""
         now = self._clock()
@@ -204,7 +200,7 @@ class SqliteTaskStore:
             db.execute("BEGIN IMMEDIATE")
             try:
                 inserted = db.execute(_INSERT, row).rowcount
-                if inserted:
+                if inserted and lease is not None:
                     db.execute(_ACQUIRE, (lease.name, lease.owner, now + lease.ttl_seconds, now))
             except BaseException:
                 db.execute("ROLLBACK")
