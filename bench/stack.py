@@ -6,21 +6,14 @@ shares an event loop or the GIL with the load generator.
 
 from __future__ import annotations
 
-import socket
 import sys
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import ROOT, ServerProcess
+from localtriton.ports import free_port
 
 REPOSITORY = ROOT / "model_repository"
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

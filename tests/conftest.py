@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 from collections.abc import Callable, Iterator
-from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from export.checkpoint import Checkpoint, resolve_checkpoint
 from export.pipeline import main_export
+from localtriton.ports import free_port
 from localtriton.server import TritonProcess
 
 pytest_plugins = ["tests.redis_fixtures", "tests.hunyuan_fixtures", "tests.pika_fixtures"]
@@ -47,12 +46,6 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in GATEWAY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
-def free_port() -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def copy_tracked_repository(dest: Path) -> Path:
