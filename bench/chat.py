@@ -51,8 +51,9 @@ from bench.common import (
     summarize,
     venv_python,
 )
-from bench.stack import Endpoint, free_port, gateway, hunyuan_simulator
+from bench.stack import Endpoint, gateway, hunyuan_simulator
 from gateway.sim.hunyuan import echo_reply, split_pieces
+from localtriton.ports import free_port
 
 log = logging.getLogger("bench.chat")
 

@@ -55,9 +55,10 @@ from bench.common import (
     tree_cpu_seconds,
     venv_python,
 )
-from bench.stack import REPOSITORY, Endpoint, free_port, gateway, triton
+from bench.stack import REPOSITORY, Endpoint, gateway, triton
 from bench.triton_stats import MODEL, TritonStats
 from bench.workload import texts as workload_texts
+from localtriton.ports import free_port
 
 if TYPE_CHECKING:
     from export.checkpoint import Checkpoint

@@ -43,7 +43,8 @@ from bench.common import (
     running,
     summarize,
 )
-from bench.stack import Endpoint, free_port, gateway, pika_simulator
+from bench.stack import Endpoint, gateway, pika_simulator
+from localtriton.ports import free_port
 
 log = logging.getLogger("bench.images")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from localtriton.ports import free_port
 
 
 class RedisStartError(RuntimeError):

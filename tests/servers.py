@@ -11,7 +11,7 @@ from typing import Any
 
 import uvicorn
 
-from tests.conftest import free_port
+from localtriton.ports import free_port
 
 
 class ThreadedServer:

@@ -13,8 +13,8 @@ import tritonclient.grpc as grpcclient
 
 from gateway.app import create_app
 from gateway.settings import CacheSettings, ServerSettings, Settings, TaskStoreSettings, TritonSettings
+from localtriton.ports import free_port
 from localtriton.server import TritonProcess
-from tests.conftest import free_port
 from tests.servers import ThreadedServer
 
 

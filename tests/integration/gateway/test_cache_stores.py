@@ -24,7 +24,7 @@ from gateway.cache.memory import MemoryStore
 from gateway.cache.redis_store import RedisStore
 from gateway.cache.stores import build_store
 from gateway.settings import CacheSettings
-from tests.conftest import free_port
+from localtriton.ports import free_port
 from tests.redis_fixtures import RedisServer
 
 pytestmark = pytest.mark.slow

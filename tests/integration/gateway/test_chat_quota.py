@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from localtriton.ports import free_port
 from localtriton.server import TritonProcess, wait_for_http_ok
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT
 from tests.hunyuan_fixtures import RunningHunyuanSimulator
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from gateway.sim.hunyuan import echo_reply, split_pieces
-from tests.conftest import free_port
+from localtriton.ports import free_port
 from tests.hunyuan_fixtures import RunningHunyuanSimulator
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ROOT, free_port
+from localtriton.ports import free_port
+from tests.conftest import ROOT
 from tests.integration.gateway.test_images import metric
 from tests.pika_fixtures import RunningPikaSimulator
 

@@ -13,8 +13,9 @@ import time
 import httpx
 import pytest
 
+from localtriton.ports import free_port
 from localtriton.server import TritonProcess, wait_for_http_ok
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT
 from tests.integration.gateway.test_gateway_guards import SLOW_BATCH
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ import pytest
 
 from gateway.errors import OverloadedError
 from gateway.quota import QuotaConfig, RedisQuotaLimiter, build_limiter
-from tests.conftest import free_port
+from localtriton.ports import free_port
 from tests.redis_fixtures import RedisServer
 
 pytestmark = pytest.mark.slow

@@ -30,7 +30,7 @@ from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.tasks.redis_store import RedisTaskStore
 from gateway.tasks.sqlite_store import _DUE, SqliteTaskStore
 from gateway.tasks.stores import build_task_store
-from tests.conftest import free_port
+from localtriton.ports import free_port
 from tests.redis_fixtures import RedisServer
 
 T = TypeVar("T")

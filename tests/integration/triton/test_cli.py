@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 
-from tests.conftest import ROOT, free_port
+from localtriton.ports import free_port
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
