@@ -19,6 +19,8 @@ ENSEMBLE = "bge"  # what the gateway and the Triton clients call
 MODEL = "bge_onnx"  # the encoder behind it, where the dynamic batches form
 MODELS = (ENSEMBLE, MODEL)
 PHASES = ("compute_input", "compute_infer", "compute_output")
+SETTLE_READS = 20  # snapshots after a load, until two agree
+SETTLE_PAUSE_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,14 @@ class TritonStats:
         return {name: ModelCounters.from_stats(await asyncio.to_thread(self._fetch, name)) for name in MODELS}
 
     async def since(self, before: dict[str, ModelCounters], texts: int, seconds: float) -> dict[str, float]:
-        """`load_counters` for what happened since the snapshot `before`."""
+        """`load_counters` for what happened since the snapshot `before`. Triton counts a request when it
+        releases it, which may be just after its client has the answer: read until two snapshots agree."""
         after = await self.snapshot()
+        for _ in range(SETTLE_READS):
+            await asyncio.sleep(SETTLE_PAUSE_SECONDS)
+            again, after = after, await self.snapshot()
+            if again == after:
+                break
         return load_counters(after[ENSEMBLE] - before[ENSEMBLE], after[MODEL] - before[MODEL], texts, seconds)
 
     def _fetch(self, model: str) -> dict[str, Any]:
