@@ -22,3 +22,9 @@ class ChatCompletionRequest(BaseModel):
     model: str = Field(description="Upstream model, e.g. hunyuan-turbos-latest.")
     messages: list[ChatMessage] = Field(min_length=1, description="The conversation, oldest first.")
     stream: StrictBool = Field(False, description="Answer as server-sent events `data: {chunk}` ... `data: [DONE]`.")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        strict=True,
+        description="Most tokens the answer may have; the quota reserves this many for it (512 when unset).",
+    )

@@ -105,10 +105,15 @@ class ChatService:
             raise
         if (running := self._streams.get(key)) is not None:  # another request opened it meanwhile
             await stack.aclose()
+            self._breakers[model].release()
             return running.follow(), CacheResult("miss")
-        shared = SharedStream(self._relay(stack, body, key, model, events, slot), lambda: self._streams.pop(key, None))
+        shared = SharedStream(self._relay(stack, body, key, model, events, slot), partial(self._forget_stream, key))
         self._streams[key] = shared
         return shared.follow(), CacheResult("miss")
+
+    def _forget_stream(self, key: str, shared: SharedStream) -> None:
+        if self._streams.get(key) is shared:  # a newer stream of the same request may have taken the key
+            del self._streams[key]
 
     def _validate(self, body: dict[str, Any]) -> None:
         chars = prompt_chars(body)
@@ -133,7 +138,11 @@ class ChatService:
         metrics.LLM_SAVED_TOKENS.labels(layer=layer).inc(answer.usage.get("total_tokens", 0))
         return answer, result
 
-    async def _store(self, body: dict[str, Any], key: str, answer: ChatAnswer) -> None:
+    async def _store(self, body: dict[str, Any], key: str, model: str, answer: ChatAnswer) -> None:
+        """Keep the answer for the next identical request, unless a fallback model gave it: that request
+        asks for the requested model, which may be back by then."""
+        if model != body["model"]:
+            return
         stored = self._cache is not None and await self._cache.put(key, body, answer)
         if stored and self._semantic is not None:
             await self._semantic.add(body, key)
@@ -142,8 +151,8 @@ class ChatService:
         async with asyncio.timeout(self._timeout), AsyncExitStack() as stack:
             model, result, slot = await self._open(stack, body, stream=False)
             completion: dict[str, Any] = result
-            _account(model, completion.get("usage") or {}, slot)
-        await self._store(body, key, ChatAnswer(completion=completion))
+            account_usage(model, completion.get("usage") or {}, slot)
+        await self._store(body, key, model, ChatAnswer(completion=completion))
         return completion
 
     async def _open(self, stack: AsyncExitStack, body: dict[str, Any], *, stream: bool) -> tuple[str, Any, QuotaSlot]:
@@ -173,8 +182,9 @@ class ChatService:
                 breaker.record_failure()
                 last_error = exc
                 continue
-            except BaseException:
+            except BaseException:  # our quota refused, the request was rejected, or the caller left
                 await attempt.aclose()
+                breaker.release()
                 raise
             if not stream:
                 breaker.record_success()
@@ -203,22 +213,34 @@ class ChatService:
                     if keep_all or '"usage"' in payload:
                         chunks.append(json.loads(payload))
             answer = ChatAnswer(chunks=chunks)
-            _account(model, answer.usage, slot)
+            account_usage(model, answer.usage, slot)
         except UpstreamError:
             breaker.record_failure()
+            raise
+        except BaseException:  # the last client went away (cancelled), or a chunk was not JSON
+            breaker.release()
             raise
         finally:
             await stack.aclose()  # also when the client went away: that cancels the upstream call
         breaker.record_success()
-        await self._store(body, key, answer)
+        await self._store(body, key, model, answer)
 
 
-def _account(model: str, usage: dict[str, Any], slot: QuotaSlot) -> None:
-    """Count the billed tokens and settle the quota's token estimate with them."""
-    prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+def account_usage(model: str, usage: dict[str, Any], slot: QuotaSlot) -> None:
+    """Count the billed tokens and settle the quota's token estimate with them. An answer without usage
+    (an OpenAI-style stream sends it only when asked) keeps its estimate charged, rather than none."""
+    prompt, completion = _token_count(usage, "prompt_tokens"), _token_count(usage, "completion_tokens")
+    if prompt is None and completion is None:
+        return
+    prompt, completion = prompt or 0, completion or 0
     metrics.LLM_TOKENS.labels(model=model, kind="prompt").inc(prompt)
     metrics.LLM_TOKENS.labels(model=model, kind="completion").inc(completion)
     slot.settle(prompt + completion)
+
+
+def _token_count(usage: dict[str, Any], name: str) -> int | None:
+    value = usage.get(name)
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def estimate_tokens(body: dict[str, Any]) -> int:

@@ -14,20 +14,28 @@ class SharedStream:
     come in between two turns of a follower, and one batch is one write to its client rather than one
     write (and one pass through the middleware stack) per chunk; nothing waits to fill a batch.
     The producer runs in its own task; it is cancelled (closing the upstream call) only when the
-    last follower has gone.
+    last follower has gone. `on_done(self)` runs once, when the stream takes no more followers: when it
+    ends, or at once when its last follower leaves (a request arriving then starts its own call rather
+    than joining one that is being cancelled).
     """
 
-    def __init__(self, source: AsyncGenerator[str, None], on_done: Callable[[], object]) -> None:
+    def __init__(self, source: AsyncGenerator[str, None], on_done: Callable[[SharedStream], object]) -> None:
         self._chunks: list[str] = []
         self._done = False
         self._error: BaseException | None = None
         self._changed = asyncio.Event()
         self._followers = 0
-        self._on_done = on_done
+        self._on_done: Callable[[SharedStream], object] | None = on_done
         self._producer = asyncio.create_task(self._produce(source))
 
-    async def follow(self) -> AsyncGenerator[list[str], None]:
+    def follow(self) -> AsyncGenerator[list[str], None]:
+        """A follower, counted now rather than at its first step: between a request joining and its
+        response starting, the last other follower may leave, and must not cancel the producer then.
+        (A follower never iterated keeps the producer running to the end: the answer is still cached.)"""
         self._followers += 1
+        return self._follow()
+
+    async def _follow(self) -> AsyncGenerator[list[str], None]:
         index = 0
         try:
             while True:
@@ -45,6 +53,7 @@ class SharedStream:
         finally:
             self._followers -= 1
             if self._followers == 0 and not self._done:
+                self._finished()
                 self._producer.cancel()
 
     async def _produce(self, source: AsyncGenerator[str, None]) -> None:
@@ -58,7 +67,12 @@ class SharedStream:
         finally:
             self._done = True
             self._notify()
-            self._on_done()
+            self._finished()
+
+    def _finished(self) -> None:
+        if self._on_done is not None:
+            on_done, self._on_done = self._on_done, None
+            on_done(self)
 
     def _notify(self) -> None:
         self._changed.set()

@@ -17,7 +17,10 @@ class BreakerState(str, enum.Enum):
 
 class CircuitBreaker:
     """Opens after `failures` consecutive failures; after `reset_seconds` lets one probe call through
-    (half-open): its success closes the breaker, its failure opens it again."""
+    (half-open): its success closes the breaker, its failure opens it again. A probe that ends with no
+    verdict on the upstream (`release`: our quota refused it, the client left, the request itself was
+    rejected) lets the next call probe; so does a probe left unanswered for `reset_seconds`, so no lost
+    ending can keep a model shut."""
 
     def __init__(self, name: str, failures: int, reset_seconds: float, clock: Callable[[], float] = time.monotonic):
         if failures < 1 or reset_seconds <= 0:
@@ -29,6 +32,7 @@ class CircuitBreaker:
         self._failures = 0
         self._opened_at = 0.0
         self._probing = False
+        self._probe_started_at = 0.0
         self.state = BreakerState.CLOSED
 
     def allow(self) -> bool:
@@ -38,10 +42,14 @@ class CircuitBreaker:
         if self.state is BreakerState.OPEN and self._clock() - self._opened_at >= self._reset_seconds:
             self.state = BreakerState.HALF_OPEN
             self._probing = False
-        if self.state is BreakerState.HALF_OPEN and not self._probing:
+        if self.state is BreakerState.HALF_OPEN and self._probe_free():
             self._probing = True
+            self._probe_started_at = self._clock()
             return True
         return False
+
+    def _probe_free(self) -> bool:
+        return not self._probing or self._clock() - self._probe_started_at >= self._reset_seconds
 
     def retry_after(self) -> float:
         return max(0.0, self._reset_seconds - (self._clock() - self._opened_at))
@@ -50,6 +58,10 @@ class CircuitBreaker:
         self._failures = 0
         self._probing = False
         self._set(BreakerState.CLOSED)
+
+    def release(self) -> None:
+        """The call allowed by `allow` ended with no verdict on the upstream's health."""
+        self._probing = False
 
     def record_failure(self) -> None:
         self._failures += 1

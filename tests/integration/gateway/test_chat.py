@@ -214,6 +214,30 @@ def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
     hunyuan_simulator.config.fail_next = [500]
     answer = http.post(f"{fallback.base_url}/v1/chat/completions", json={**ask("f"), "model": "hunyuan-pro"})
     assert answer.status_code == 200 and answer.json()["model"] == "hunyuan-standard"
+    # The fallback's answer is not cached for the requested model: once it answers, it is asked again.
+    again = http.post(f"{fallback.base_url}/v1/chat/completions", json={**ask("f"), "model": "hunyuan-pro"})
+    assert again.headers["x-cache"] == "miss" and again.json()["model"] == "hunyuan-pro"
+
+
+def test_a_probe_with_no_verdict_on_the_upstream_does_not_keep_the_model_shut(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    """The half-open probe is rejected as a bad request (upstream 400): the upstream is up, and the next
+    call probes again instead of the breaker waiting forever for a verdict."""
+    settings = llm(hunyuan_simulator, max_retries=0, breaker_failures=1, breaker_reset_seconds=0.3)
+    gateway = gateway_factory(triton.grpc_url, llm=settings)
+    url = f"{gateway.base_url}/v1/chat/completions"
+    hunyuan_simulator.config.fail_next = [500]
+    assert http.post(url, json=ask("a")).status_code == 502
+    assert http.post(url, json=ask("b")).status_code == 503  # open
+    time.sleep(0.4)
+    hunyuan_simulator.config.fail_next = [400]
+    assert http.post(url, json=ask("c")).status_code == 400  # the probe, rejected for its own sake
+    assert http.post(url, json=ask("d")).status_code == 200  # probes again, closes
+    assert http.post(url, json=ask("e")).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -224,8 +248,18 @@ def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
         ({"json": ask("x" * 250_000)}, 400, "the maximum is 200000"),
         ({"content": b'{"model": "x", "messages": [', "headers": {"content-type": "application/json"}}, 400, "JSON"),
         ({"json": {"messages": [{"role": "user", "content": "hi"}]}}, 400, "model"),
+        ({"json": ask("hi", max_tokens=-5)}, 400, "max_tokens"),
+        ({"json": ask("hi", max_tokens="lots")}, 400, "max_tokens"),
     ],
-    ids=["no-messages", "wrong-role", "huge-prompt", "invalid-json", "no-model"],
+    ids=[
+        "no-messages",
+        "wrong-role",
+        "huge-prompt",
+        "invalid-json",
+        "no-model",
+        "negative-max-tokens",
+        "text-max-tokens",
+    ],
 )
 def test_bad_chat_input_gets_a_4xx(
     kwargs: dict[str, Any], status: int, message: str, chat_gateway: RunningGateway, http: httpx.Client

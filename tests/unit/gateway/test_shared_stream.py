@@ -43,7 +43,7 @@ def test_live_chunks_come_one_batch_each_and_a_late_follower_gets_the_past_in_on
     async def scenario() -> None:
         source = Source(4)
         done: list[bool] = []
-        shared = SharedStream(source.chunks(), lambda: done.append(True))
+        shared = SharedStream(source.chunks(), lambda stream: done.append(stream is shared))
         early = shared.follow()
         first = asyncio.ensure_future(anext(early))
         source.step()
@@ -67,7 +67,7 @@ def test_live_chunks_come_one_batch_each_and_a_late_follower_gets_the_past_in_on
 def test_an_upstream_error_reaches_every_follower_after_the_chunks_before_it() -> None:
     async def scenario() -> None:
         source = Source(2, fail=True)
-        shared = SharedStream(source.chunks(), lambda: None)
+        shared = SharedStream(source.chunks(), lambda stream: None)
         followers = [shared.follow(), shared.follow()]
         source.step(2)
         await settle()
@@ -82,7 +82,7 @@ def test_an_upstream_error_reaches_every_follower_after_the_chunks_before_it() -
 def test_the_source_is_closed_when_the_last_follower_leaves_and_not_before() -> None:
     async def scenario() -> None:
         source = Source(10)
-        shared = SharedStream(source.chunks(), lambda: None)
+        shared = SharedStream(source.chunks(), lambda stream: None)
         first, second = shared.follow(), shared.follow()
         source.step()
         assert await anext(first) == ["c0"]
@@ -93,5 +93,44 @@ def test_the_source_is_closed_when_the_last_follower_leaves_and_not_before() -> 
         await second.aclose()
         await settle()
         assert source.closed
+
+    asyncio.run(scenario())
+
+
+def test_a_follower_that_joined_but_has_not_started_keeps_the_producer_running() -> None:
+    """The window between a request joining a stream and its response starting to iterate: the last
+    other follower leaving then must not cancel the upstream (the joiner would get a cut answer)."""
+
+    async def scenario() -> None:
+        source = Source(3)
+        shared = SharedStream(source.chunks(), lambda stream: None)
+        leaving = shared.follow()
+        source.step()
+        assert await anext(leaving) == ["c0"]
+        joined = shared.follow()  # not iterated yet
+        await leaving.aclose()
+        await settle()
+        assert not source.closed
+        source.step(2)
+        await settle()
+        assert await anext(joined) == ["c0", "c1", "c2"]
+        with pytest.raises(StopAsyncIteration):
+            await anext(joined)
+
+    asyncio.run(scenario())
+
+
+def test_when_the_last_follower_leaves_the_stream_is_forgotten_at_once_and_only_once() -> None:
+    async def scenario() -> None:
+        source = Source(10)
+        forgotten: list[SharedStream] = []
+        shared = SharedStream(source.chunks(), forgotten.append)
+        follower = shared.follow()
+        source.step()
+        assert await anext(follower) == ["c0"]
+        await follower.aclose()
+        assert forgotten == [shared]  # before the cancelled producer has wound down
+        await settle()
+        assert source.closed and forgotten == [shared]
 
     asyncio.run(scenario())
