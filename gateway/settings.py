@@ -254,8 +254,8 @@ class TaskStoreSettings(BaseSettings):
     )
     lease_seconds: float = Field(
         30.0,
-        description="A replica's claim on submitting or polling a task; if the replica dies another one takes "
-        "the task over after this.",
+        description="A replica's claim on submitting or polling a task (renewed while a submit call runs); if the "
+        "replica dies another one takes the task over after this.",
     )
     scan_interval_seconds: float = Field(
         1.0, description="How often each replica looks for tasks to submit, poll, time out or expire."

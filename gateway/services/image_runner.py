@@ -15,8 +15,8 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Coroutine
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,6 +64,10 @@ class RunnerConfig:
     retry_max_seconds: float = 30.0
 
 
+def _not_due(task: Task, now: float) -> bool:
+    return (task.next_attempt_at or 0.0) > now
+
+
 def backoff(first: float, most: float, attempt: int) -> float:
     return float(min(most, first * 2 ** min(attempt, 30)))
 
@@ -80,7 +84,7 @@ class ImageTaskRunner:
         self._owner = owner  # this replica's name on leases
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
-        self._created: dict[str, tuple[Task, float]] = {}  # by `enqueue_created`: record, lease fresh until
+        self._created: dict[str, tuple[Task, float]] = {}  # by `enqueue_created`: record, when its lease was taken
         self._busy: set[str] = set()  # tasks this replica is submitting, polling or timing out right now
         self._polls = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._background: set[asyncio.Task[None]] = set()
@@ -98,14 +102,14 @@ class ImageTaskRunner:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def submit_lease(self, task_id: str) -> Lease:
-        """The lease a replica holds while it submits `task_id` upstream."""
+        """The lease a replica holds while it submits `task_id` upstream (renewed while the call runs)."""
         return Lease(f"submit:{task_id}", self._owner, self._config.lease_seconds)
 
     def enqueue_created(self, task: Task, leased_at: float) -> None:
         """Queue a task this replica has just created together with its `submit_lease` (requested at
-        `leased_at`, monotonic): while the lease is fresh, the submit needs neither the lease nor a read. A
+        `leased_at`, monotonic): the submit starts from that record under that lease, with no read. A
         cancel meanwhile is seen when the outcome is recorded (the upstream job is then cancelled)."""
-        self._created[task.id] = (task, leased_at + self._config.lease_seconds / 2)
+        self._created[task.id] = (task, leased_at)
         self.enqueue(task.id)
 
     def enqueue(self, task_id: str) -> None:
@@ -163,38 +167,75 @@ class ImageTaskRunner:
 
     async def _submit(self, task_id: str) -> None:
         lease = self.submit_lease(task_id)
-        task = self._fresh_leased(task_id)
-        if task is None and not await self._store.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
-            return  # another replica is submitting it
+        task, leased_at = self._created.pop(task_id, (None, 0.0))
+        if task is None:
+            leased_at = time.monotonic()
+            if not await self._store.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
+                return  # another replica is submitting it
         still_pending = True
         try:
             if task is None:
                 task = await self._ledger.get(task_id)
             now = self._ledger.clock()
-            if task.state != TaskState.PENDING or (task.next_attempt_at or 0.0) > now:
+            if task.state != TaskState.PENDING or _not_due(task, now):
                 return
             if now >= task.deadline_at:
                 await self._time_out(task_id)
                 return
-            still_pending = (await self._submit_pending(task)).state == TaskState.PENDING
+            still_pending = (await self._submit_pending(task, lease, leased_at)).state == TaskState.PENDING
         finally:
             # Only a pending task is ever submitted: a lease on one that has moved on guards nothing, and
             # lapses by itself (one command fewer per task).
             if still_pending:
                 await self._store.release_lease(lease.name, lease.owner)
 
-    def _fresh_leased(self, task_id: str) -> Task | None:
-        """The record this replica created `task_id` with, if its submit lease (taken with it) still has at
-        least half its time left; else None (take the lease and read the task as for any other)."""
-        created, leased_until = self._created.pop(task_id, (None, 0.0))
-        return created if time.monotonic() < leased_until else None
+    async def _holding(self, task: Task, lease: Lease, leased_at: float) -> Task | None:
+        """`task` if this replica's submit lease (taken at `leased_at`, monotonic) has at least half its time
+        left; else the lease renewed and the task read again (it may have moved on while the lease was short
+        or had lapsed, in a long quota wait); None if another replica holds the lease."""
+        if time.monotonic() + lease.ttl_seconds / 2 <= leased_at + lease.ttl_seconds:
+            return task
+        if not await self._store.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
+            return None
+        return await self._ledger.get(task.id)
 
-    async def _submit_pending(self, task: Task) -> Task:
-        """Submit `task` upstream and record the outcome; the stored task afterwards."""
+    @asynccontextmanager
+    async def _renewing(self, lease: Lease) -> AsyncIterator[None]:
+        """Keep `lease` while the block runs, renewing it every third of its time: an upstream call may take
+        longer than the lease, and another replica must not submit the task meanwhile (a paid duplicate);
+        a replica that dies still loses it within one lease. Most calls end before the first renewal."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(lease.ttl_seconds / 3)
+                try:
+                    if not await self._store.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
+                        log.warning(
+                            "image task submit lease lost during the upstream call", extra={"lease": lease.name}
+                        )
+                        return
+                except TaskStoreError as exc:
+                    log.warning("image task submit lease not renewed: %s", exc.message, extra={"lease": lease.name})
+
+        renewal = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            renewal.cancel()
+            with suppress(asyncio.CancelledError):
+                await renewal
+
+    async def _submit_pending(self, task: Task, lease: Lease, leased_at: float) -> Task:
+        """Submit `task` upstream under `lease` and record the outcome; the stored task afterwards."""
         callback = f"{self._config.callback_url_base}/{task.id}" if self._config.callback_url_base else None
         try:
-            async with self._quota.slot():
-                submission = await self._upstream.submit(task.arguments, callback)
+            async with self._quota.slot():  # its wait may outlast a lease: checked once a slot is free
+                current = await self._holding(task, lease, leased_at)
+                if current is None or current.state != TaskState.PENDING or _not_due(current, self._ledger.clock()):
+                    return current or task
+                task = current
+                async with self._renewing(lease):
+                    submission = await self._upstream.submit(task.arguments, callback)
         except (InvalidRequestError, NotFoundError) as exc:
             metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="rejected").inc()
             reason = exc.message

@@ -144,8 +144,11 @@ class ImageService:
                 return None
             if webhook["status"] == "OK":
                 payload = webhook.get("payload")
-                result = payload if isinstance(payload, dict) else {"payload": payload}
-                return self._ledger.ended(current, TaskState.COMPLETED, result=result, completed_by="callback")
+                if not isinstance(payload, dict):
+                    # fal sends `"payload": null` (with `payload_error`) when it could not attach the output;
+                    # the output is still at the job's response URL: poll it now rather than end with nothing.
+                    return _poll_now(current, self._ledger.clock())
+                return self._ledger.ended(current, TaskState.COMPLETED, result=payload, completed_by="callback")
             message = str(webhook.get("error") or "the upstream reported an error")
             return self._ledger.failed(current, "upstream_error", message, completed_by="callback")
 
@@ -210,6 +213,14 @@ def _visible(task: Task) -> dict[str, Any]:
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _poll_now(task: Task, now: float) -> Task | None:
+    """A submitted task, due for its next poll now; a task not yet recorded as submitted is left as it is
+    (its submit records the job, and polling starts after the webhook's grace time)."""
+    if task.state != TaskState.PROCESSING:
+        return None
+    return task.moved(TaskState.PROCESSING, now, poll_after=now)
 
 
 def _webhook(body: bytes) -> dict[str, Any]:

@@ -88,6 +88,7 @@ class PikaSimulatorConfig:
     callback_attempts: int = 3  # tries per webhook delivery (exception, timeout or non-2xx: try again)
     callback_retry_seconds: float = 0.1  # pause between tries
     callback_timeout_seconds: float = 5.0
+    payload_errors: bool = False  # OK webhooks carry "payload": null and a payload_error (fal could not attach it)
     sign_with_wrong_key: bool = False  # sign webhooks with a key not in the JWKS (forged)
     stale_timestamp_seconds: int = 0  # shift the webhook timestamp (negative: into the past)
     user_id: str = "sim-user"
@@ -233,6 +234,9 @@ class _Simulator:
             "payload": job.result if ok else None,
             "error": None if ok else job.error,
         }
+        if ok and job.config.payload_errors:  # the output stays readable at the response URL
+            body["payload"] = None
+            body["payload_error"] = "Response payload is not JSON serializable"
         return json.dumps(body, separators=(",", ":")).encode()
 
     def signed_headers(self, job: _Job, body: bytes, timestamp: int) -> dict[str, str]:

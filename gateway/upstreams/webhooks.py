@@ -4,8 +4,11 @@ fal signs the UTF-8 bytes of "\\n".join([request_id, user_id, timestamp, sha256_
 hex signature in `X-Fal-Webhook-Signature`. The public keys come from a JWKS document
 (`{"keys": [{"kty": "OKP", "crv": "Ed25519", "x": <base64url 32 bytes>}, ...]}`), fetched over one pooled
 `httpx.AsyncClient` and cached. A verification failure against a cache older than `ROTATION_MIN_AGE_SECONDS`
-refetches once, so a rotated key is picked up; a failed fetch is an error, never a silent accept.
-`httpx.HTTPError` never leaves this module.
+refetches once, so a rotated key is picked up; a failed fetch is an error, never a silent accept. When a refresh
+of an expired cache fails, the keys fetched before stay in use (fal rotates rarely; its JWKS may be down for a
+while), and a failed fetch is not tried again for `FAILED_FETCH_RETRY_SECONDS`, so calls (forged ones included)
+cannot queue every webhook behind fetches of an endpoint that is down. The JWKS is read about once an hour,
+so httpx serves it (the hot upstream calls use aiohttp). `httpx.HTTPError` never leaves this module.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 
@@ -28,6 +32,9 @@ USER_ID_HEADER = "x-fal-webhook-user-id"
 TIMESTAMP_HEADER = "x-fal-webhook-timestamp"
 SIGNATURE_HEADER = "x-fal-webhook-signature"
 ROTATION_MIN_AGE_SECONDS = 300.0
+FAILED_FETCH_RETRY_SECONDS = 30.0
+
+log = logging.getLogger(__name__)
 
 
 class WebhookSignatureError(AuthenticationError):
@@ -62,6 +69,8 @@ class FalWebhookVerifier:
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_seconds), transport=transport)
         self._keys: list[Ed25519PublicKey] = []
         self._fetched_at: float | None = None
+        self._failure: str | None = None  # why the last fetch failed, until `_retry_at`
+        self._retry_at = float("-inf")
         self._lock = asyncio.Lock()
 
     async def __aenter__(self) -> FalWebhookVerifier:
@@ -114,9 +123,21 @@ class FalWebhookVerifier:
             stale = self._fetched_at is None or now - self._fetched_at >= self._cache_seconds
             rotated = refresh and self._fetched_at is not None and now - self._fetched_at >= ROTATION_MIN_AGE_SECONDS
             if stale or rotated:
-                self._keys = await self._fetch()
-                self._fetched_at = now
+                # Looking for a rotated key, the old ones are no answer: without the new JWKS, 503 (fal retries).
+                await self._refresh(now, keep_old_keys=not rotated)
             return self._keys
+
+    async def _refresh(self, now: float, *, keep_old_keys: bool) -> None:
+        if now >= self._retry_at or self._failure is None:
+            try:
+                self._keys = await self._fetch()
+                self._fetched_at, self._failure = now, None
+                return
+            except WebhookKeysUnavailableError as exc:
+                self._failure, self._retry_at = exc.message, now + FAILED_FETCH_RETRY_SECONDS
+                log.warning("%s; next try in %.0f s", exc.message, FAILED_FETCH_RETRY_SECONDS)
+        if not (keep_old_keys and self._keys):
+            raise WebhookKeysUnavailableError(self._failure or "fal webhook keys unavailable")
 
     async def _fetch(self) -> list[Ed25519PublicKey]:
         try:

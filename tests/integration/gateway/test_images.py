@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.settings import AuthSettings, CacheSettings, ImageSettings, ServerSettings, TaskStoreSettings
 from gateway.sim.pika import webhook_message
-from tests.conftest import free_port
+from localtriton.ports import free_port
 from tests.integration.gateway.conftest import RunningGateway
 from tests.pika_fixtures import RunningPikaSimulator
 from tests.redis_fixtures import RedisServer
@@ -148,6 +148,19 @@ def test_every_callback_lost_the_task_completes_by_polling(
         assert wait_until_done(http, gateway, task_id)["status"] == "completed"
     assert pika_simulator.stats.callbacks_lost == 3 and pika_simulator.stats.status_polls >= 3
     assert metric(http, gateway.base_url, "gateway_image_tasks_completed_by_polling_total") == before + 3
+
+
+def test_an_ok_webhook_without_its_payload_has_the_result_fetched_at_once(
+    image_gateway: RunningGateway, pika_simulator: RunningPikaSimulator, http: httpx.Client
+) -> None:
+    """fal sends `"payload": null` and a `payload_error` when it could not attach the output: the task is
+    polled then (well before its webhook grace time), not completed with an empty result."""
+    pika_simulator.config.payload_errors = True
+    before = metric(http, image_gateway.base_url, "gateway_image_tasks_completed_by_polling_total")
+    done = wait_until_done(http, image_gateway, submit(http, image_gateway).json()["id"], timeout=10.0)
+    assert done["status"] == "completed" and done["urls"] == [done["result"]["video"]["url"]]
+    assert pika_simulator.stats.callbacks_sent == 1 and pika_simulator.stats.status_polls >= 1
+    assert metric(http, image_gateway.base_url, "gateway_image_tasks_completed_by_polling_total") == before + 1
 
 
 def test_without_a_public_url_tasks_are_polled_from_the_start(

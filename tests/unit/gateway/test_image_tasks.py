@@ -4,7 +4,9 @@ a request onto Pika's arguments."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +265,102 @@ def test_a_task_left_pending_by_a_failed_submit_gets_its_lease_released(tmp_path
         assert stored.state == P and stored.submit_attempts == 1 and stored.next_attempt_at is not None
         assert store.calls == ["create", "save", "release_lease"]
         assert await store.acquire_lease(f"submit:{task.id}", "replica-2", 30)  # free for any replica's retry
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+class HeldQuota:
+    """A quota whose slot is granted only when the test opens the gate (a long wait for the upstream's quota)."""
+
+    def __init__(self) -> None:
+        self.waiting = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, estimated_tokens: int = 0) -> AsyncIterator[object]:
+        self.waiting.set()
+        await self.gate.wait()
+        yield object()
+
+
+@pytest.mark.parametrize("taken_over", [False, True], ids=["renewed", "taken-over"])
+def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_path: Path, taken_over: bool) -> None:
+    """After a quota wait longer than the lease, the lease is renewed and the task read again before the
+    upstream call; if another replica took the lapsed lease meanwhile, this one does not submit."""
+
+    async def scenario() -> None:
+        store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+        upstream, quota = Upstream(), HeldQuota()
+        config = RunnerConfig(callback_url_base=None, lease_seconds=0.3, scan_interval_seconds=60)
+        runner = ImageTaskRunner(ledger, upstream, quota, config, owner="replica-1")
+        await runner.start()
+        now = time.time()
+        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
+        lease = runner.submit_lease(task.id)
+        assert lease.ttl_seconds == pytest.approx(0.3)
+        await store.create(task, lease)
+        runner.enqueue_created(task, time.monotonic())
+        await quota.waiting.wait()
+        await asyncio.sleep(0.35)  # the lease (0.3 s) has lapsed while the slot was awaited
+        if taken_over:
+            assert await store.acquire_lease(lease.name, "replica-2", 30)
+        quota.gate.set()
+        last_call = "release_lease" if taken_over else "save"
+        while store.calls[-1] != last_call:
+            await asyncio.sleep(0.001)
+        await runner.aclose()
+        stored = await store.store.get(task.id)
+        assert stored is not None
+        if taken_over:
+            assert upstream.submitted == [] and stored.state == P
+            assert store.calls == ["create", "acquire_lease", "acquire_lease", "release_lease"]
+        else:
+            assert upstream.submitted == [task.arguments] and stored.state == R
+            assert store.calls == ["create", "acquire_lease", "get", "save"]
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+class SlowUpstream(Upstream):
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.calling = asyncio.Event()
+
+    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
+        self.calling.set()
+        await asyncio.sleep(self.seconds)
+        return await super().submit(arguments, webhook_url)
+
+
+def test_the_submit_lease_is_renewed_while_a_slow_upstream_call_runs(tmp_path: Path) -> None:
+    """A submit call longer than the lease: no other replica can take the task (and submit it again) meanwhile."""
+
+    async def scenario() -> None:
+        store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+        upstream = SlowUpstream(seconds=0.6)
+        config = RunnerConfig(callback_url_base=None, lease_seconds=0.15, scan_interval_seconds=60)
+        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        await runner.start()
+        now = time.time()
+        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
+        lease = runner.submit_lease(task.id)
+        await store.create(task, lease)
+        runner.enqueue_created(task, time.monotonic())
+        await upstream.calling.wait()
+        for _ in range(4):  # 0.4 s into the call: past the lease more than twice over
+            await asyncio.sleep(0.1)
+            assert not await store.store.acquire_lease(lease.name, "replica-2", 30)
+        while "save" not in store.calls:
+            await asyncio.sleep(0.001)
+        await runner.aclose()
+        stored = await store.store.get(task.id)
+        assert stored is not None and stored.state == R and upstream.submitted == [task.arguments]
+        assert store.calls.count("acquire_lease") >= 3  # the renewals, one every third of the lease
         await store.aclose()
 
     asyncio.run(scenario())

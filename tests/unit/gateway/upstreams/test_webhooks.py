@@ -12,7 +12,12 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from gateway.upstreams.webhooks import FalWebhookVerifier, WebhookKeysUnavailableError, WebhookSignatureError
+from gateway.upstreams.webhooks import (
+    FAILED_FETCH_RETRY_SECONDS,
+    FalWebhookVerifier,
+    WebhookKeysUnavailableError,
+    WebhookSignatureError,
+)
 
 JWKS_URL = "https://rest.alpha.fal.ai/.well-known/jwks.json"
 NOW = 1_800_000_000.0
@@ -273,3 +278,49 @@ def test_concurrent_verifies_fetch_once() -> None:
 
     asyncio.run(main())
     assert fal.fetches == 1
+
+
+def test_an_expired_cache_whose_refresh_fails_keeps_its_keys_and_retries_later() -> None:
+    key = Ed25519PrivateKey.generate()
+    fal = FakeFal(key)
+    clock = Clock()
+    verifier = _verifier(fal, clock)
+
+    async def main() -> None:
+        async with verifier:
+            await verifier.verify(_headers(key), BODY)
+            fal.fail = 503
+            clock.now = NOW + 3601  # past cache_seconds
+            await verifier.verify(_headers(key, timestamp=clock.now), BODY)  # the old key still verifies
+            await verifier.verify(_headers(key, timestamp=clock.now), BODY)
+            assert fal.fetches == 2  # one failed refresh; no new try within FAILED_FETCH_RETRY_SECONDS
+            with pytest.raises(WebhookKeysUnavailableError):  # an unknown key: maybe rotated, cannot tell
+                await verifier.verify(_headers(Ed25519PrivateKey.generate(), timestamp=clock.now), BODY)
+            assert fal.fetches == 2
+            fal.fail = None
+            clock.now += FAILED_FETCH_RETRY_SECONDS
+            await verifier.verify(_headers(key, timestamp=clock.now), BODY)
+            assert fal.fetches == 3
+
+    asyncio.run(main())
+
+
+def test_without_keys_a_failed_fetch_is_not_repeated_for_every_call() -> None:
+    key = Ed25519PrivateKey.generate()
+    fal = FakeFal(key)
+    fal.fail = httpx.ConnectError("refused")
+    clock = Clock()
+    verifier = _verifier(fal, clock)
+
+    async def main() -> None:
+        async with verifier:
+            for _ in range(5):
+                with pytest.raises(WebhookKeysUnavailableError, match="ConnectError"):
+                    await verifier.verify(_headers(key), BODY)
+            assert fal.fetches == 1
+            fal.fail = None
+            clock.now += FAILED_FETCH_RETRY_SECONDS
+            await verifier.verify(_headers(key, timestamp=clock.now), BODY)
+            assert fal.fetches == 2
+
+    asyncio.run(main())
