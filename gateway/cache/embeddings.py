@@ -2,7 +2,11 @@
 
 Keys hash the model, its revision and the text with SHA-256 (never Python's
 `hash()`, which is salted per process), so every replica agrees on them and a
-new revision never reads an old model's vectors. Values are a 9-byte
+new revision never reads an old model's vectors. The gateway passes the served
+model's `ModelInfo.variant` as the revision: the checkpoint's and the token
+limit, which decides where a long text is cut. The precision (INT8 on CPUs,
+FP16 on GPUs) is not in it: both pass the export's parity gate against the
+same PyTorch vectors, so either may answer for the other on a shared Redis. Values are a 9-byte
 little-endian header plus the raw float32 vector: 4 KiB for a 1024-d vector,
 against about 20 KiB as JSON, and decoded without parsing.
 

@@ -72,7 +72,7 @@ class EmbeddingService:
         check_model(model, info)
         cached: list[CachedEmbedding | None] = [None] * len(texts)
         if use_cache and self._cache is not None:
-            cached = await self._cache.get_many(info.name, info.revision, list(texts))
+            cached = await self._cache.get_many(info.name, info.variant, list(texts))
         misses = sorted({text for text, entry in zip(texts, cached, strict=True) if entry is None})
         computed = await self._compute(info, misses) if misses else {}
         entries = [entry or computed[text] for text, entry in zip(texts, cached, strict=True)]
@@ -113,7 +113,7 @@ class EmbeddingService:
         The Triton call runs in its own task, so a client that goes away does not
         cancel it for the concurrent requests waiting on the same texts.
         """
-        keys = {text: embedding_key(info.name, info.revision, text) for text in texts}
+        keys = {text: embedding_key(info.name, info.variant, text) for text in texts}
         tasks = {self._in_flight[key] for key in keys.values() if key in self._in_flight}
         leading = [text for text in texts if keys[text] not in self._in_flight]
         if leading:
@@ -139,7 +139,7 @@ class EmbeddingService:
             for vector, count, cut in zip(result.vectors, result.token_counts, result.truncated, strict=True)
         ]
         if self._cache is not None:
-            await self._cache.put_many(info.name, info.revision, texts, entries)
+            await self._cache.put_many(info.name, info.variant, texts, entries)
         return dict(zip(texts, entries, strict=True))
 
 

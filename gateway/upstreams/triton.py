@@ -60,6 +60,12 @@ class ModelInfo:
     max_sequence_length: int
     dimension: int
 
+    @property
+    def variant(self) -> str:
+        """What a text's vector and `truncated` flag depend on besides the text: the checkpoint's revision
+        and the token limit texts are cut at (the embedding cache keys on it)."""
+        return f"{self.revision}/max-tokens-{self.max_sequence_length}"
+
 
 @dataclass(frozen=True)
 class TritonEmbeddings:

@@ -75,7 +75,12 @@ def test_cache_control_no_cache_bypasses_the_cache(
     assert triton_requests(triton) == calls + 1
 
 
-def test_a_new_model_revision_never_serves_old_vectors(
+@pytest.mark.parametrize(
+    ("parameter", "value"), [("model_revision", "sha256-0000000000000000"), ("max_sequence_length", "64")]
+)
+def test_a_new_model_revision_or_token_limit_never_serves_old_vectors(
+    parameter: str,
+    value: str,
     redis_url: str,
     triton: TritonProcess,
     minilm_repository: Path,
@@ -84,13 +89,15 @@ def test_a_new_model_revision_never_serves_old_vectors(
     http: httpx.Client,
     tmp_path: Path,
 ) -> None:
-    def new_revision(config: mc.ModelConfig) -> None:
-        config.parameters["model_revision"].string_value = "sha256-0000000000000000"
+    """A text cut at another token limit has another vector and another `truncated` flag."""
 
-    redeployed = triton_factory(copy_with_config(minilm_repository, tmp_path / "repo", new_revision, model="bge"))
+    def redeploy(config: mc.ModelConfig) -> None:
+        config.parameters[parameter].string_value = value
+
+    redeployed = triton_factory(copy_with_config(minilm_repository, tmp_path / "repo", redeploy, model="bge"))
     shared = CacheSettings(redis_url=SecretStr(redis_url))
     old, new = gateway_factory(triton.grpc_url, cache=shared), gateway_factory(redeployed.grpc_url, cache=shared)
-    texts = mixed_texts(4, tag="revision")
+    texts = mixed_texts(4, tag=parameter)
     assert embed(http, old, texts).headers["x-cache"] == "miss"
     assert embed(http, old, texts).headers["x-cache"] == "hit"
     assert embed(http, new, texts).headers["x-cache"] == "miss"
