@@ -31,7 +31,7 @@ class EmbeddingBackend(Protocol):
 
 
 class EmbeddingsServicer:
-    """`gateway.v1.Embeddings`. Sets trailing metadata `x-cache` (hit | miss | partial) on success."""
+    """`gateway.v1.Embeddings`. Sets trailing metadata `x-cache` (hit | miss) on success."""
 
     def __init__(self, backend: EmbeddingBackend) -> None:
         self._backend = backend
@@ -52,7 +52,9 @@ def embed_response(result: EmbeddingResult) -> pb.EmbedResponse:
         prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens, truncated_texts=result.truncated_texts
     )
     data = [pb.Embedding(index=i, embedding=vector.tolist()) for i, vector in enumerate(result.vectors)]
-    return pb.EmbedResponse(model=result.model, data=data, usage=usage, cache=result.cache)
+    return pb.EmbedResponse(
+        model=result.model, data=data, usage=usage, cache=result.cache, cached_texts=result.cached_texts
+    )
 
 
 class ChatBackend(Protocol):

@@ -26,7 +26,11 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     texts = [body.input] if isinstance(body.input, str) else body.input
     use_cache = "no-cache" not in request.headers.get("cache-control", "")
     result = await embeddings(request).embed(texts, model=body.model, truncate=body.truncate, use_cache=use_cache)
-    headers = {"X-Cache": result.cache, "X-Truncated-Texts": str(result.truncated_texts)}
+    headers = {
+        "X-Cache": result.cache,
+        "X-Cached-Texts": str(result.cached_texts),
+        "X-Truncated-Texts": str(result.truncated_texts),
+    }
     return Response(response_body(result, body.encoding_format), media_type="application/json", headers=headers)
 
 

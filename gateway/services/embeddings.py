@@ -17,7 +17,7 @@ from gateway.errors import InputTooLongError, InvalidRequestError, NotFoundError
 from gateway.settings import LimitSettings
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
-CacheOutcome = Literal["hit", "miss", "partial"]
+CacheOutcome = Literal["hit", "miss"]  # hit: every text came from the cache
 ENSEMBLE_ALIAS = "bge"
 
 
@@ -28,6 +28,7 @@ class EmbeddingResult:
     prompt_tokens: int  # tokens the model saw, special tokens included
     truncated_texts: int  # texts cut at the model's maximum length
     cache: CacheOutcome
+    cached_texts: int  # texts answered from the cache (some, on a miss, when the rest went to Triton)
 
 
 class Embedder(Protocol):
@@ -86,7 +87,8 @@ class EmbeddingService:
             model=info.name,
             prompt_tokens=sum(e.token_count for e in entries),
             truncated_texts=truncated,
-            cache="hit" if hits == len(texts) else "miss" if hits == 0 else "partial",
+            cache="hit" if hits == len(texts) else "miss",
+            cached_texts=hits,
         )
 
     def _validate(self, texts: Sequence[str]) -> None:

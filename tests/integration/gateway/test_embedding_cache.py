@@ -40,10 +40,10 @@ def test_repeated_request_is_a_hit_without_calling_triton(
     gateway = gateway_factory(triton.grpc_url, cache=cache)
     texts = mixed_texts(5, tag=f"repeat-{cache.redis_url is not None}")
     first = embed(http, gateway, texts)
-    assert first.headers["x-cache"] == "miss"
+    assert (first.headers["x-cache"], first.headers["x-cached-texts"]) == ("miss", "0")
     calls = triton_requests(triton)
     second = embed(http, gateway, texts)
-    assert second.headers["x-cache"] == "hit"
+    assert (second.headers["x-cache"], second.headers["x-cached-texts"]) == ("hit", "5")
     assert triton_requests(triton) == calls
     assert second.json()["data"] == first.json()["data"]
     assert second.json()["usage"] == first.json()["usage"]
@@ -57,7 +57,7 @@ def test_mixed_batch_makes_one_triton_call_for_the_misses_in_order(
     known = embed(http, gateway, texts[::2]).json()["data"]
     calls = triton_requests(triton)
     mixed = embed(http, gateway, texts)
-    assert mixed.headers["x-cache"] == "partial"
+    assert mixed.headers["x-cache"] == "miss" and mixed.headers["x-cached-texts"] == "5"
     assert triton_requests(triton) == calls + 1
     data = mixed.json()["data"]
     assert [item["index"] for item in data] == list(range(10))

@@ -75,3 +75,20 @@ def test_concurrent_identical_misses_are_computed_once(
     assert triton_requests(triton) - before == 1
     first = responses[0].json()["data"]
     assert all(r.json()["data"] == first for r in responses)
+
+
+def test_grpc_reports_the_cache_like_the_rest_api(
+    triton: TritonProcess, gateway_factory: Callable[..., RunningGateway]
+) -> None:
+    from gateway.settings import CacheSettings
+
+    gateway = gateway_factory(triton.grpc_url, cache=CacheSettings(embedding_cache_mb=16))
+    texts = mixed_texts(4, tag="grpc-cache")
+    with grpc.insecure_channel(gateway.grpc_target) as channel:
+        embed = gateway_pb2_grpc.EmbeddingsStub(channel).Embed
+        outcomes = []
+        for batch in (texts[:1], texts, texts):
+            response, call = embed.with_call(gateway_pb2.EmbedRequest(input=batch))
+            assert dict(call.trailing_metadata())["x-cache"] == response.cache
+            outcomes.append((response.cache, response.cached_texts))
+    assert outcomes == [("miss", 0), ("miss", 1), ("hit", 4)]
