@@ -89,6 +89,7 @@ class FakeBackend:
             prompt_tokens=sum(len(text) + 2 for text in texts),
             truncated_texts=sum(len(text) > 8 for text in texts) if truncate else 0,
             cache="hit" if use_cache else "miss",
+            cached_texts=len(texts) if use_cache else 0,
         )
 
     async def ready(self) -> bool:

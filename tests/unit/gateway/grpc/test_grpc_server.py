@@ -61,7 +61,7 @@ def test_embed_answers_every_text_in_input_order(harness: Harness) -> None:
     assert [list(item.embedding) for item in response.data] == [[1.0, 1.0, -1.0], [3.0, 1.0, -1.0], [2.0, 1.0, -1.0]]
     assert response.model == "fake/default"
     assert (response.usage.prompt_tokens, response.usage.total_tokens, response.usage.truncated_texts) == (12, 12, 0)
-    assert response.cache == "hit"
+    assert (response.cache, response.cached_texts) == ("hit", 3)
     assert trailer(call, "x-cache") == "hit"
 
 
