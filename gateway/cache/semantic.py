@@ -2,7 +2,9 @@
 
 Two requests share a *context* when everything but the last user message's text is
 identical (model, sampling parameters, every earlier turn; delivery fields aside), so
-a multi-turn conversation only matches when all its earlier turns match. Within a
+a multi-turn conversation only matches when all its earlier turns match; and when that
+text has the same numbers in the same order: "what is 12345 * 6789?" and "... 6788?" are
+near-identical texts and different questions. Within a
 context, the index keeps (fingerprint, exact key) pairs, newest first; a lookup
 returns the exact key (`gateway.cache.chat.exact_key`) of the most similar earlier
 query at or above the threshold, and the answer is then read from the exact cache.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import struct
 import time
 from collections import Counter, OrderedDict
@@ -40,6 +43,7 @@ CACHE_NAME = "chat_semantic"
 REDIS_PREFIX = "sem:v1:"
 SIMHASH_BITS = 64
 RECENT_FINGERPRINTS = 256  # lookup's fingerprint is reused by the add() that follows a miss
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _LENGTH = struct.Struct("<H")  # entry framing: fingerprint length, fingerprint, answer key (UTF-8)
 
 
@@ -59,13 +63,20 @@ def semantic_query(body: dict[str, Any]) -> str | None:
 
 
 def semantic_context_key(body: dict[str, Any]) -> str:
-    """SHA-256 (hex) of the canonical request without the last user message's text and the delivery fields."""
+    """SHA-256 (hex) of the canonical request without the last user message's text (but with its numbers)
+    and the delivery fields."""
     canonical = {k: v for k, v in body.items() if k not in DELIVERY_FIELDS}
-    if semantic_query(body) is not None:
+    if (query := semantic_query(body)) is not None:
         *earlier, last = body["messages"]
         canonical["messages"] = [*earlier, {k: v for k, v in last.items() if k != "content"}]
+        canonical["query_numbers"] = query_numbers(query)
     text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def query_numbers(text: str) -> list[str]:
+    """The numbers in `text`, in order, without thousands separators ("1,500" and "1500" are one number)."""
+    return [number.replace(",", "") for number in _NUMBER.findall(text)]
 
 
 def simhash64(text: str, n: int = 3) -> int:

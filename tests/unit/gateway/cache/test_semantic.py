@@ -22,6 +22,7 @@ from gateway.cache.semantic import (
     SimHashMatcher,
     decode_entry,
     encode_entry,
+    query_numbers,
     semantic_context_key,
     semantic_query,
     simhash64,
@@ -124,6 +125,15 @@ def test_context_key_needs_all_earlier_turns_identical() -> None:
     assert semantic_context_key(chat("q", earlier=first)) != semantic_context_key(chat("q", earlier=changed))
 
 
+def test_questions_with_other_numbers_never_share_a_context() -> None:
+    """Near-identical texts (SimHash 0.95 here), different questions: no answer may serve the other."""
+    asked = chat("What is 12345 * 6789? Show the steps.")
+    assert semantic_context_key(asked) != semantic_context_key(chat("What is 12345 * 6788? Show the steps."))
+    assert semantic_context_key(asked) != semantic_context_key(chat("What is 6789 * 12345? Show the steps."))
+    assert semantic_context_key(asked) == semantic_context_key(chat("Compute 12,345 * 6789, showing the steps."))
+    assert query_numbers("Between 1,500 and 2.5, or 3") == ["1500", "2.5", "3"]
+
+
 def test_semantic_query_is_the_last_user_text() -> None:
     assert semantic_query(chat("What is 2+2?", earlier=[{"role": "system", "content": "s"}])) == "What is 2+2?"
 
@@ -187,8 +197,13 @@ def test_entry_framing_round_trips_and_rejects_truncated_entries() -> None:
 # --- the index ----------------------------------------------------------------------------------
 
 
+def q(topic: str, score: float) -> str:
+    """A `ScoreMatcher` text: the score as a count of marks, since numbers in a query split its context."""
+    return f"{topic}:" + "#" * round(score * 100)
+
+
 class ScoreMatcher:
-    """Deterministic: a text is "topic:score"; texts of one topic score 1 - |difference|, other topics 0."""
+    """Deterministic: a text is `q(topic, score)`; texts of one topic score 1 - |difference|, other topics 0."""
 
     name = "score"
 
@@ -200,8 +215,8 @@ class ScoreMatcher:
         return [text.encode() for text in texts]
 
     def similarity(self, a: bytes, b: bytes) -> float:
-        (topic_a, score_a), (topic_b, score_b) = (x.decode().split(":") for x in (a, b))
-        return 1 - abs(float(score_a) - float(score_b)) if topic_a == topic_b else 0.0
+        (topic_a, marks_a), (topic_b, marks_b) = (x.decode().split(":") for x in (a, b))
+        return 1 - abs(len(marks_a) - len(marks_b)) / 100 if topic_a == topic_b else 0.0
 
     def comparable(self, text: str) -> bool:
         return True
@@ -229,25 +244,27 @@ def errors(operation: str) -> float:
 
 def test_hit_at_or_above_threshold_returns_the_earlier_exact_key() -> None:
     async def scenario(index: SemanticIndex) -> list[SemanticHit | None]:
-        await remember(index, "pw:0.50")
-        return [await index.lookup(chat("pw:0.55")), await index.lookup(chat("pw:0.60"))]
+        await remember(index, q("pw", 0.50))
+        return [await index.lookup(chat(q("pw", 0.55))), await index.lookup(chat(q("pw", 0.60)))]
 
     near, edge = with_index(scenario)
-    assert near is not None and near.answer_key == exact_key(chat("pw:0.50"))
+    assert near is not None and near.answer_key == exact_key(chat(q("pw", 0.50)))
     assert near.similarity == pytest.approx(0.95)
-    assert edge is not None and edge.answer_key == exact_key(chat("pw:0.50"))
+    assert edge is not None and edge.answer_key == exact_key(chat(q("pw", 0.50)))
 
 
 def test_miss_below_threshold_other_topic_or_other_context() -> None:
     async def scenario(index: SemanticIndex) -> list[SemanticHit | None]:
-        await remember(index, "pw:0.50")
+        await remember(index, q("pw", 0.50))
         return [
-            await index.lookup(chat("pw:0.65")),
-            await index.lookup(chat("weather:0.50")),
-            await index.lookup(chat("pw:0.50", model="hunyuan-pro")),
-            await index.lookup(chat("pw:0.50", temperature=1.0)),
-            await index.lookup(chat("pw:0.50", earlier=[{"role": "system", "content": "s"}])),
-            await index.lookup({"model": "hunyuan-lite", "messages": [{"role": "assistant", "content": "pw:0.50"}]}),
+            await index.lookup(chat(q("pw", 0.65))),
+            await index.lookup(chat(q("weather", 0.50))),
+            await index.lookup(chat(q("pw", 0.50), model="hunyuan-pro")),
+            await index.lookup(chat(q("pw", 0.50), temperature=1.0)),
+            await index.lookup(chat(q("pw", 0.50), earlier=[{"role": "system", "content": "s"}])),
+            await index.lookup(
+                {"model": "hunyuan-lite", "messages": [{"role": "assistant", "content": q("pw", 0.50)}]}
+            ),
         ]
 
     assert with_index(scenario) == [None] * 6
@@ -255,31 +272,31 @@ def test_miss_below_threshold_other_topic_or_other_context() -> None:
 
 def test_best_match_is_chosen() -> None:
     async def scenario(index: SemanticIndex) -> SemanticHit | None:
-        await remember(index, "pw:0.40", "pw:0.52", "pw:0.45", "pw:0.60")
-        return await index.lookup(chat("pw:0.53"))
+        await remember(index, q("pw", 0.40), q("pw", 0.52), q("pw", 0.45), q("pw", 0.60))
+        return await index.lookup(chat(q("pw", 0.53)))
 
     hit = with_index(scenario, threshold=0.8)
-    assert hit is not None and hit.answer_key == exact_key(chat("pw:0.52"))
+    assert hit is not None and hit.answer_key == exact_key(chat(q("pw", 0.52)))
     assert hit.similarity == pytest.approx(0.99)
 
 
 def test_entries_per_context_are_bounded_newest_kept() -> None:
     async def scenario(index: SemanticIndex) -> tuple[list[SemanticEntry], SemanticHit | None]:
-        await remember(index, "pw:0.10", "pw:0.20", "pw:0.30", "pw:0.40")
-        entries = await index.store.entries(index.context(chat("pw:0")))
-        return entries, await index.lookup(chat("pw:0.10"))
+        await remember(index, q("pw", 0.10), q("pw", 0.20), q("pw", 0.30), q("pw", 0.40))
+        entries = await index.store.entries(index.context(chat(q("pw", 0))))
+        return entries, await index.lookup(chat(q("pw", 0.10)))
 
     entries, oldest = with_index(scenario, threshold=0.95, max_entries_per_context=3)
-    assert [e.answer_key for e in entries] == [exact_key(chat(f"pw:0.{i}0")) for i in (4, 3, 2)]
+    assert [e.answer_key for e in entries] == [exact_key(chat(q("pw", i / 10))) for i in (4, 3, 2)]
     assert oldest is None
 
 
 def test_identical_query_is_added_once_per_context() -> None:
     async def scenario(index: SemanticIndex) -> tuple[int, int]:
-        await remember(index, "pw:0.50", "pw:0.50", "pw:0.50")
-        await remember(index, "pw:0.50", model="hunyuan-pro")
-        one = len(await index.store.entries(index.context(chat("pw:0.50"))))
-        other = len(await index.store.entries(index.context(chat("pw:0.50", model="hunyuan-pro"))))
+        await remember(index, q("pw", 0.50), q("pw", 0.50), q("pw", 0.50))
+        await remember(index, q("pw", 0.50), model="hunyuan-pro")
+        one = len(await index.store.entries(index.context(chat(q("pw", 0.50)))))
+        other = len(await index.store.entries(index.context(chat(q("pw", 0.50), model="hunyuan-pro"))))
         return one, other
 
     assert with_index(scenario) == (1, 1)
@@ -290,11 +307,11 @@ def test_lookup_fingerprint_is_reused_by_the_add_after_a_miss() -> None:
 
     async def main() -> None:
         index = SemanticIndex(MemorySemanticStore(), matcher, 0.9)
-        assert await index.lookup(chat("pw:0.50")) is None  # an empty context: nothing to compare, no embedding
+        assert await index.lookup(chat(q("pw", 0.50))) is None  # an empty context: nothing to compare, no embedding
         assert matcher.calls == 0
-        await remember(index, "pw:0.10")
-        assert await index.lookup(chat("pw:0.50")) is None
-        await index.add(chat("pw:0.50"), exact_key(chat("pw:0.50")))
+        await remember(index, q("pw", 0.10))
+        assert await index.lookup(chat(q("pw", 0.50))) is None
+        await index.add(chat(q("pw", 0.50)), exact_key(chat(q("pw", 0.50))))
         await index.aclose()
 
     asyncio.run(main())
@@ -302,7 +319,7 @@ def test_lookup_fingerprint_is_reused_by_the_add_after_a_miss() -> None:
 
 
 def test_uncacheable_bodies_are_neither_added_nor_looked_up() -> None:
-    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "pw:0.5"}]}]}
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": q("pw", 0.5)}]}]}
 
     async def scenario(index: SemanticIndex) -> SemanticHit | None:
         await index.add(body, "chat:v1:x")
@@ -326,8 +343,8 @@ def test_store_failure_is_counted_and_served_as_a_miss() -> None:
 
     async def main() -> SemanticHit | None:
         index = SemanticIndex(FailingStore(), ScoreMatcher(), 0.9)
-        await index.add(chat("pw:0.5"), "chat:v1:x")
-        return await index.lookup(chat("pw:0.5"))
+        await index.add(chat(q("pw", 0.5)), "chat:v1:x")
+        return await index.lookup(chat(q("pw", 0.5)))
 
     assert asyncio.run(main()) is None
     assert (errors("get"), errors("set")) == (before[0] + 1, before[1] + 1)
@@ -338,9 +355,11 @@ def test_matcher_failure_is_counted_and_served_as_a_miss() -> None:
 
     async def main() -> SemanticHit | None:
         index = SemanticIndex(MemorySemanticStore(), FailingMatcher(), 0.9)
-        await index.store.add(index.context(chat("x")), SemanticEntry(b"pw:0.5", "k"), max_entries=5, ttl_seconds=60)
-        await index.add(chat("pw:0.6"), "chat:v1:x")
-        return await index.lookup(chat("pw:0.5"))
+        await index.store.add(
+            index.context(chat("x")), SemanticEntry(q("pw", 0.5).encode(), "k"), max_entries=5, ttl_seconds=60
+        )
+        await index.add(chat(q("pw", 0.6)), "chat:v1:x")
+        return await index.lookup(chat(q("pw", 0.5)))
 
     assert asyncio.run(main()) is None
     assert errors("fingerprint") == before + 2
