@@ -33,6 +33,7 @@ _jitter = random.Random()  # not the global generator, whose state belongs to th
 PURGE_EVERY_SECONDS = 60.0
 MAX_CONCURRENT_POLLS = 64
 MAX_DUE_PER_SCAN = 500  # the earliest due first; the rest wait for the next scan
+SUBMIT_DRAIN_SECONDS = 5.0  # on close, for submits already at the upstream to record their outcome
 
 
 class ImageQueue(Protocol):
@@ -88,6 +89,8 @@ class ImageTaskRunner:
         self._busy: set[str] = set()  # tasks this replica is submitting, polling or timing out right now
         self._polls = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._background: set[asyncio.Task[None]] = set()
+        self._submits: set[asyncio.Task[None]] = set()
+        self._at_upstream: set[asyncio.Task[Any]] = set()  # submits past their quota wait, until recorded
         self._loops: list[asyncio.Task[None]] = []
         self._last_purge = float("-inf")
 
@@ -95,8 +98,15 @@ class ImageTaskRunner:
         workers = [self._submit_worker() for _ in range(self._config.max_concurrent_submits)]
         self._loops = [asyncio.create_task(loop) for loop in (*workers, self._scan_forever())]
 
-    async def aclose(self) -> None:
-        tasks = [*self._loops, *self._background]
+    async def aclose(self, drain_seconds: float = SUBMIT_DRAIN_SECONDS) -> None:
+        """Stop. A submit already at the upstream gets up to `drain_seconds` to record its outcome: cut
+        between the upstream's acceptance and the record, its job would run untracked and the task be
+        submitted again (a paid duplicate). Submits still waiting for the quota are cancelled at once."""
+        for task in [*self._loops, *(self._submits - self._at_upstream)]:
+            task.cancel()
+        if self._at_upstream:
+            await asyncio.wait(self._at_upstream, timeout=drain_seconds)
+        tasks = [*self._loops, *self._submits, *self._background]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -163,7 +173,12 @@ class ImageTaskRunner:
         while True:
             task_id = await self._queue.get()
             self._queued.discard(task_id)
-            await self._exclusive(task_id, self._submit(task_id))
+            # In its own task, which `aclose` may let finish after this worker is cancelled.
+            submit = asyncio.create_task(self._exclusive(task_id, self._submit(task_id)))
+            self._submits.add(submit)
+            submit.add_done_callback(self._submits.discard)
+            submit.add_done_callback(self._at_upstream.discard)
+            await asyncio.shield(submit)
 
     async def _submit(self, task_id: str) -> None:
         lease = self.submit_lease(task_id)
@@ -234,6 +249,7 @@ class ImageTaskRunner:
                 if current is None or current.state != TaskState.PENDING or _not_due(current, self._ledger.clock()):
                     return current or task
                 task = current
+                self._at_upstream.add(asyncio.current_task())  # type: ignore[arg-type]  # always in a task
                 async with self._renewing(lease):
                     submission = await self._upstream.submit(task.arguments, callback)
         except (InvalidRequestError, NotFoundError) as exc:
@@ -251,7 +267,13 @@ class ImageTaskRunner:
         metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="accepted").inc()
         now = self._ledger.clock()
         wait = self._config.callback_grace_seconds if callback else self._config.poll_initial_seconds
-        stored, _ = await self._ledger.change(task.id, lambda t: self._accepted(t, submission, now, wait), known=task)
+        try:
+            stored, _ = await self._ledger.change(
+                task.id, lambda t: self._accepted(t, submission, now, wait), known=task
+            )
+        except BaseException:
+            self._spawn(self._stop_if_untracked(task.id, submission))
+            raise
         if stored.upstream_request_id != submission.request_id:
             # The task ended while this job was being submitted (cancel, timeout, or the webhook of an
             # earlier submission): nobody tracks this job, so stop it.
@@ -358,6 +380,14 @@ class ImageTaskRunner:
         task, changed = await self._ledger.change(task_id, decide)
         if changed:
             self.cancel_upstream(task)
+
+    async def _stop_if_untracked(self, task_id: str, submission: FalSubmission) -> None:
+        """The record of an accepted submission failed (store down, or cut off): the task stays pending and is
+        submitted again, and nobody would track this job; stop it, unless the record was written after all."""
+        with suppress(GatewayError):
+            if (await self._ledger.get(task_id)).upstream_request_id == submission.request_id:
+                return
+        await self._cancel_upstream(task_id, submission.cancel_url)
 
     async def _cancel_upstream(self, task_id: str, cancel_url: str) -> None:
         try:

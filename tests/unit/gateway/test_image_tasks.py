@@ -16,6 +16,7 @@ from gateway.errors import UpstreamUnavailableError
 from gateway.quota import LocalQuotaLimiter
 from gateway.services.image_ledger import TaskLedger
 from gateway.services.image_runner import ImageTaskRunner, RunnerConfig, backoff
+from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
 from gateway.upstreams.image_api import FalStatus, FalSubmission, pika_arguments, result_urls
@@ -186,6 +187,7 @@ class Upstream:
     def __init__(self) -> None:
         self.down = False
         self.submitted: list[dict[str, Any]] = []
+        self.cancelled: list[str] = []
 
     async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
         if self.down:
@@ -201,6 +203,7 @@ class Upstream:
         return {}
 
     async def cancel(self, cancel_url: str) -> bool:
+        self.cancelled.append(cancel_url)
         return True
 
 
@@ -308,8 +311,9 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
             assert await store.acquire_lease(lease.name, "replica-2", 30)
         quota.gate.set()
         last_call = "release_lease" if taken_over else "save"
-        while store.calls[-1] != last_call:
-            await asyncio.sleep(0.001)
+        async with asyncio.timeout(5):
+            while store.calls[-1] != last_call:
+                await asyncio.sleep(0.001)
         await runner.aclose()
         stored = await store.store.get(task.id)
         assert stored is not None
@@ -361,6 +365,84 @@ def test_the_submit_lease_is_renewed_while_a_slow_upstream_call_runs(tmp_path: P
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == R and upstream.submitted == [task.arguments]
         assert store.calls.count("acquire_lease") >= 3  # the renewals, one every third of the lease
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_closing_lets_a_submit_at_the_upstream_record_its_job_and_cancels_one_waiting_for_quota(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+        upstream = SlowUpstream(seconds=0.3)
+        config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
+        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        await runner.start()
+        now = time.time()
+        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
+        await store.create(task, runner.submit_lease(task.id))
+        runner.enqueue_created(task, time.monotonic())
+        await upstream.calling.wait()
+        await runner.aclose()  # while the upstream is answering
+        stored = await store.store.get(task.id)
+        assert stored is not None and stored.state == R and stored.upstream_request_id == "1"
+
+        held = HeldQuota()  # never granted
+        runner = ImageTaskRunner(ledger, upstream, held, config, owner="replica-1")
+        await runner.start()
+        waiting = new_task(id="t-waiting", created_at=now, updated_at=now, deadline_at=now + 60)
+        await store.create(waiting, runner.submit_lease(waiting.id))
+        runner.enqueue_created(waiting, time.monotonic())
+        await held.waiting.wait()
+        started = time.monotonic()
+        await runner.aclose()
+        assert time.monotonic() - started < 1.0  # not drained: it had not reached the upstream
+        assert upstream.submitted == [task.arguments]
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+class FailingSaves(StoreCalls):
+    """Saves fail (the store is down) while `down`."""
+
+    down = True
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "save" and self.down:
+
+            async def failing(*args: Any, **kwargs: Any) -> Any:
+                self.calls.append(name)
+                raise TaskStoreError("task store unavailable")
+
+            return failing
+        return super().__getattr__(name)
+
+
+def test_a_job_whose_acceptance_cannot_be_recorded_is_cancelled(tmp_path: Path) -> None:
+    """The task stays pending and will be submitted again; the untracked job must not run as well."""
+
+    async def scenario() -> None:
+        store = FailingSaves(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+        upstream = Upstream()
+        config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
+        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        await runner.start()
+        now = time.time()
+        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
+        await store.create(task, runner.submit_lease(task.id))
+        runner.enqueue_created(task, time.monotonic())
+        async with asyncio.timeout(5):
+            while not upstream.cancelled:
+                await asyncio.sleep(0.001)
+        await runner.aclose()
+        stored = await store.store.get(task.id)
+        assert stored is not None and stored.state == P and stored.upstream_request_id is None
+        assert upstream.submitted == [task.arguments]
+        assert upstream.cancelled == ["https://queue.fal.run/pika/requests/1/cancel"]
         await store.aclose()
 
     asyncio.run(scenario())
