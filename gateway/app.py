@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from gateway.auth import PUBLIC_PATHS, ApiKeyMiddleware, ApiKeyVerifier
 from gateway.cache.chat import ExactChatCache, TtlPolicy
@@ -130,6 +132,7 @@ async def image_service(settings: Settings) -> AsyncIterator[ImageService]:
             log.warning("GATEWAY_PUBLIC_URL is not set: image tasks get no webhooks and are polled from the start")
         runner_config = RunnerConfig(
             callback_url_base=f"{public_url.rstrip('/')}/v1/callbacks/pika" if public_url else None,
+            callback_key=callback_key(config.api_key),
             callback_grace_seconds=config.callback_grace_seconds,
             poll_initial_seconds=config.poll_initial_seconds,
             poll_max_seconds=config.poll_max_seconds,
@@ -149,6 +152,13 @@ async def image_service(settings: Settings) -> AsyncIterator[ImageService]:
             task_timeout_seconds=config.task_timeout_seconds,
             max_prompt_chars=config.max_prompt_chars,
         )
+
+
+def callback_key(api_key: SecretStr | None) -> bytes:
+    """The key of the webhook URLs' tokens: derived from the fal key, which every replica has, so no replica
+    needs another secret (a new fal key voids the tokens of jobs in flight; polling finishes those)."""
+    secret = api_key.get_secret_value() if api_key is not None else ""
+    return hashlib.sha256(b"ai-gateway webhook url\0" + secret.encode()).digest()
 
 
 def replica_name() -> str:

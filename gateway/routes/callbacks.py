@@ -1,12 +1,13 @@
 """POST /v1/callbacks/pika/{task_id}: fal's webhook for a Pika job, authenticated by its signature.
 
 This route takes no API key (fal cannot send one); `ApiKeyMiddleware` exempts `CALLBACK_PREFIX` and
-the service verifies fal's Ed25519 signature over the raw body instead.
+the service verifies fal's Ed25519 signature over the raw body instead, and the `token` that the job's
+webhook URL carries (`gateway.services.image_runner.callback_token`).
 """
 
 from __future__ import annotations
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from gateway.protocol.openai import ErrorResponse
@@ -18,9 +19,13 @@ ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 503)}
 
 
 @router.post("/v1/callbacks/pika/{task_id}", responses=ERRORS)  # type: ignore[arg-type]
-async def pika_callback(task_id: str, request: Request) -> JSONResponse:
+async def pika_callback(
+    task_id: str,
+    request: Request,
+    token: str = Query("", max_length=64, description="The token of the webhook URL the job was submitted with."),
+) -> JSONResponse:
     body = await request.body()
-    task = await images(request).handle_callback(task_id, request.headers, body)
+    task = await images(request).handle_callback(task_id, request.headers, body, token)
     return JSONResponse({"received": True, "task_id": task.id, "status": task.state.value})
 
 

@@ -12,6 +12,8 @@ under the submit lease it took with the task (`enqueue_created`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import random
 import time
@@ -55,6 +57,7 @@ class SubmitQuota(Protocol):
 @dataclass(frozen=True)
 class RunnerConfig:
     callback_url_base: str | None  # e.g. https://ai.example.com/v1/callbacks/pika; None: poll from the start
+    callback_key: bytes = b""  # signs each job's webhook URL (`callback_token`); the same on every replica
     callback_grace_seconds: float = 30.0
     poll_initial_seconds: float = 1.0
     poll_max_seconds: float = 10.0
@@ -63,6 +66,13 @@ class RunnerConfig:
     max_concurrent_submits: int = 4
     retry_initial_seconds: float = 1.0
     retry_max_seconds: float = 30.0
+
+
+def callback_token(key: bytes, task_id: str) -> str:
+    """The token in a task's webhook URL. fal signs every webhook it sends, for any customer's job and to
+    any URL: the signature proves fal sent it, not that the job is ours. A webhook that carries the token
+    (an HMAC of the task id) came for a job this gateway submitted for that task."""
+    return hmac.new(key, task_id.encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def _not_due(task: Task, now: float) -> bool:
@@ -114,6 +124,14 @@ class ImageTaskRunner:
     def submit_lease(self, task_id: str) -> Lease:
         """The lease a replica holds while it submits `task_id` upstream (renewed while the call runs)."""
         return Lease(f"submit:{task_id}", self._owner, self._config.lease_seconds)
+
+    def callback_url(self, task_id: str) -> str | None:
+        """The webhook URL a job of `task_id` is submitted with: it carries the task's `callback_token`."""
+        base = self._config.callback_url_base
+        return f"{base}/{task_id}?token={callback_token(self._config.callback_key, task_id)}" if base else None
+
+    def callback_token_valid(self, task_id: str, token: str) -> bool:
+        return hmac.compare_digest(token, callback_token(self._config.callback_key, task_id))
 
     def enqueue_created(self, task: Task, leased_at: float) -> None:
         """Queue a task this replica has just created together with its `submit_lease` (requested at
@@ -242,7 +260,7 @@ class ImageTaskRunner:
 
     async def _submit_pending(self, task: Task, lease: Lease, leased_at: float) -> Task:
         """Submit `task` upstream under `lease` and record the outcome; the stored task afterwards."""
-        callback = f"{self._config.callback_url_base}/{task.id}" if self._config.callback_url_base else None
+        callback = self.callback_url(task.id)
         try:
             async with self._quota.slot():  # its wait may outlast a lease: checked once a slot is free
                 current = await self._holding(task, lease, leased_at)

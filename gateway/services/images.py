@@ -20,6 +20,7 @@ from gateway.services.image_runner import ImageTaskRunner
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.upstreams.image_api import KEY_ENV, ImageNotConfiguredError, pika_arguments, result_urls
+from gateway.upstreams.webhooks import WebhookSignatureError
 
 WATCH_RECHECK_SECONDS = 2.0  # a watcher re-reads the task this often even without a notification
 
@@ -121,8 +122,9 @@ class ImageService:
                     yield current
                 task = current
 
-    async def handle_callback(self, task_id: str, headers: Mapping[str, str], body: bytes) -> Task:
-        """Apply a verified webhook. Duplicates, late copies and calls about an older submission change nothing."""
+    async def handle_callback(self, task_id: str, headers: Mapping[str, str], body: bytes, token: str) -> Task:
+        """Apply a verified webhook that came to the URL its job was submitted with (`token`). Duplicates, late
+        copies and calls about an older submission change nothing."""
         try:
             await self._verifier.verify(headers, body)
         except Exception:
@@ -135,6 +137,9 @@ class ImageService:
         except Exception:
             metrics.IMAGE_CALLBACKS.labels(result="unknown_task").inc()
             raise
+        if not self._runner.callback_token_valid(task_id, token):
+            metrics.IMAGE_CALLBACKS.labels(result="rejected").inc()
+            raise WebhookSignatureError("webhook URL lacks this task's token: not a job this gateway submitted")
         if task.upstream_request_id is not None and request_id != task.upstream_request_id:
             metrics.IMAGE_CALLBACKS.labels(result="stale").inc()  # from a submission this task no longer tracks
             return task

@@ -19,7 +19,9 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from gateway.app import callback_key
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.services.image_runner import callback_token
 from gateway.settings import AuthSettings, CacheSettings, ImageSettings, ServerSettings, TaskStoreSettings
 from gateway.sim.pika import webhook_message
 from localtriton.ports import free_port
@@ -198,7 +200,7 @@ def test_duplicate_and_out_of_order_callbacks_leave_the_right_final_state(
     raw, headers = signed_webhook(
         pika_simulator, request_id, {"request_id": request_id, "status": "ERROR", "error": "late"}
     )
-    late = http.post(f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}", content=raw, headers=headers)
+    late = http.post(webhook_url(pika_simulator, request_id), content=raw, headers=headers)
     assert late.status_code == 200 and late.json()["status"] == "completed"
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json() == done
     assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="duplicate") >= 3
@@ -208,6 +210,12 @@ def _request_id(simulator: RunningPikaSimulator) -> str:
     jobs = simulator.app.state.simulator.jobs
     assert len(jobs) == 1
     return str(next(iter(jobs)))
+
+
+def webhook_url(simulator: RunningPikaSimulator, request_id: str) -> str:
+    """The webhook URL the gateway submitted the job `request_id` with (its task's token included)."""
+    url: str = simulator.app.state.simulator.jobs[request_id].webhook_url
+    return url
 
 
 def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
@@ -223,7 +231,8 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     task = http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json()
     assert task["status"] == "processing"
     request_id = _request_id(pika_simulator)
-    url = f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}"
+    url = webhook_url(pika_simulator, request_id)
+    assert url.startswith(f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}?token=")
     ok = {"request_id": request_id, "status": "OK", "payload": {"video": {"url": "https://example.com/x.mp4"}}}
     stale_raw, stale_headers = signed_webhook(pika_simulator, request_id, ok, timestamp=int(time.time()) - 600)
     stale = http.post(url, content=stale_raw, headers=stale_headers)
@@ -233,6 +242,13 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     assert tampered.status_code == 401
     unsigned = http.post(url, content=raw, headers={"Content-Type": "application/json"})
     assert unsigned.status_code == 401 and "x-fal-webhook-signature" in unsigned.json()["error"]["message"]
+    # Signed by fal, but not to the URL this gateway gave the job: e.g. another fal customer's job
+    # submitted with this task's callback address.
+    plain = f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}"
+    another_tasks = callback_token(callback_key(SecretStr(KEY)), "task_other")
+    for untokened in (plain, f"{plain}?token={'0' * 32}", f"{plain}?token={another_tasks}"):
+        refused = http.post(untokened, content=raw, headers=headers)
+        assert refused.status_code == 401 and "token" in refused.json()["error"]["message"], refused.text
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json()["status"] == "processing"
     unknown = http.post(f"{image_gateway.base_url}/v1/callbacks/pika/task_unknown", content=raw, headers=headers)
     assert unknown.status_code == 404

@@ -446,3 +446,27 @@ def test_a_job_whose_acceptance_cannot_be_recorded_is_cancelled(tmp_path: Path) 
         await store.aclose()
 
     asyncio.run(scenario())
+
+
+def test_each_task_has_its_own_webhook_url_token_under_the_replicas_key(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = SqliteTaskStore(tmp_path / "tasks.sqlite3")
+        ledger = TaskLedger(store, retention_seconds=60.0)
+        base = "https://gw.example/v1/callbacks/pika"
+        replicas = [
+            ImageTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(base, callback_key=key), owner=name)
+            for name, key in (("a", b"k1"), ("b", b"k1"), ("c", b"k2"))
+        ]
+        url = replicas[0].callback_url("task-1")
+        assert url is not None and url.startswith(f"{base}/task-1?token=")
+        token = url.partition("?token=")[2]
+        assert replicas[1].callback_url("task-1") == url  # every replica with the key agrees
+        assert replicas[1].callback_token_valid("task-1", token)
+        assert not replicas[1].callback_token_valid("task-2", token)
+        assert not replicas[2].callback_token_valid("task-1", token)  # another key (a new fal key)
+        assert not replicas[1].callback_token_valid("task-1", "")
+        polled = ImageTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(None), owner="d")
+        assert polled.callback_url("task-1") is None
+        await store.aclose()
+
+    asyncio.run(scenario())
