@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections import Counter
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing
 from dataclasses import dataclass
@@ -62,10 +63,12 @@ class ChatService:
         self._max_prompt_chars = max_prompt_chars
         self._timeout = timeout_seconds
         self._in_flight: dict[str, asyncio.Task[dict[str, Any]]] = {}
+        self._waiting: Counter[str] = Counter()  # requests awaiting each in-flight completion
         self._streams: dict[str, SharedStream] = {}
 
     async def complete(self, body: dict[str, Any], *, use_cache: bool = True) -> tuple[dict[str, Any], CacheResult]:
-        """A non-streamed completion; identical concurrent requests share one upstream call."""
+        """A non-streamed completion; identical concurrent requests share one upstream call, which is
+        cancelled (freeing its quota slot) when the last of them has gone (e.g. past its deadline)."""
         self._validate(body)
         key = exact_key(body)
         if use_cache and (cached := await self._cached(body, key)) is not None:
@@ -76,11 +79,21 @@ class ChatService:
             task = asyncio.create_task(self._complete_upstream(body, key))
             self._in_flight[key] = task
             task.add_done_callback(partial(self._forget, key))
-        return await asyncio.shield(task), CacheResult("miss")
+        self._waiting[key] += 1
+        try:
+            return await asyncio.shield(task), CacheResult("miss")
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+                if not task.done():
+                    self._forget(key, task)  # a request arriving now starts its own call
+                    task.cancel()
 
     def _forget(self, key: str, task: asyncio.Task[dict[str, Any]]) -> None:
-        self._in_flight.pop(key, None)
-        if not task.cancelled():
+        if self._in_flight.get(key) is task:
+            del self._in_flight[key]
+        if task.done() and not task.cancelled():
             task.exception()  # retrieved: the waiting requests re-raise it, nobody else must log it
 
     async def stream(

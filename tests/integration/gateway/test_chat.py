@@ -442,6 +442,29 @@ def test_no_quota_slot_within_the_wait_is_429_with_retry_after(
     assert hunyuan_simulator.stats.requests_total == 1
 
 
+def test_a_completion_no_request_waits_for_any_more_is_cancelled_and_frees_its_quota_slot(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    from gateway.settings import LimitSettings, QuotaSettings
+
+    gateway = gateway_factory(
+        triton.grpc_url,
+        llm=llm(hunyuan_simulator),
+        quota=QuotaSettings(max_concurrent=1, max_wait_seconds=1.0),
+        limits=LimitSettings(request_timeout_seconds=0.5),
+    )
+    url = f"{gateway.base_url}/v1/chat/completions"
+    hunyuan_simulator.config.ttft_seconds = 3.0
+    assert http.post(url, json=ask("too slow")).status_code == 504
+    hunyuan_simulator.config.ttft_seconds = 0.0
+    # The only concurrency slot: still held by the abandoned call, this request would wait 1 s and get 429.
+    answered = http.post(url, json=ask("quick"))
+    assert answered.status_code == 200, answered.text
+
+
 def test_identical_concurrent_streams_follow_one_upstream_call(
     chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator
 ) -> None:
