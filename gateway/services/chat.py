@@ -152,9 +152,10 @@ class ChatService:
         return answer, result
 
     async def _store(self, body: dict[str, Any], key: str, model: str, answer: ChatAnswer) -> None:
-        """Keep the answer for the next identical request, unless a fallback model gave it: that request
-        asks for the requested model, which may be back by then."""
-        if model != body["model"]:
+        """Keep the answer for the next identical request, unless a fallback model gave it (that request asks
+        for the requested model, which may be back by then) or it has several choices (`n`: the cache keeps
+        and replays one)."""
+        if model != body["model"] or body.get("n") not in (None, 1):
             return
         stored = self._cache is not None and await self._cache.put(key, body, answer)
         if stored and self._semantic is not None:

@@ -442,6 +442,14 @@ def test_no_quota_slot_within_the_wait_is_429_with_retry_after(
     assert hunyuan_simulator.stats.requests_total == 1
 
 
+def test_answers_with_several_choices_are_not_cached(chat_gateway: RunningGateway, http: httpx.Client) -> None:
+    url = f"{chat_gateway.base_url}/v1/chat/completions"
+    for _ in range(2):
+        assert http.post(url, json=ask("two takes", n=2)).headers["x-cache"] == "miss"
+    http.post(url, json=ask("one take", n=1))
+    assert http.post(url, json=ask("one take", n=1)).headers["x-cache"] == "hit"
+
+
 def test_a_completion_no_request_waits_for_any_more_is_cancelled_and_frees_its_quota_slot(
     hunyuan_simulator: RunningHunyuanSimulator,
     triton: TritonProcess,
