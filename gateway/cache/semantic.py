@@ -44,6 +44,7 @@ REDIS_PREFIX = "sem:v1:"
 SIMHASH_BITS = 64
 RECENT_FINGERPRINTS = 256  # lookup's fingerprint is reused by the add() that follows a miss
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_THOUSANDS = re.compile(r",(?=\d{3}(?!\d))")  # "1,500" is 1500; "1,2" (a list, or a decimal comma) is not 12
 _LENGTH = struct.Struct("<H")  # entry framing: fingerprint length, fingerprint, answer key (UTF-8)
 
 
@@ -76,7 +77,7 @@ def semantic_context_key(body: dict[str, Any]) -> str:
 
 def query_numbers(text: str) -> list[str]:
     """The numbers in `text`, in order, without thousands separators ("1,500" and "1500" are one number)."""
-    return [number.replace(",", "") for number in _NUMBER.findall(text)]
+    return [_THOUSANDS.sub("", number) for number in _NUMBER.findall(text)]
 
 
 def simhash64(text: str, n: int = 3) -> int:

@@ -22,7 +22,7 @@ ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 503)}
 async def pika_callback(
     task_id: str,
     request: Request,
-    token: str = Query("", max_length=64, description="The token of the webhook URL the job was submitted with."),
+    token: str = Query("", description="The token of the webhook URL the job was submitted with."),
 ) -> JSONResponse:
     body = await request.body()
     task = await images(request).handle_callback(task_id, request.headers, body, token)

@@ -100,6 +100,7 @@ class ImageTaskRunner:
         self._polls = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
         self._background: set[asyncio.Task[None]] = set()
         self._submits: set[asyncio.Task[None]] = set()
+        self._stops: set[asyncio.Task[None]] = set()  # cancels of jobs whose acceptance was not recorded
         self._at_upstream: set[asyncio.Task[Any]] = set()  # submits past their quota wait, until recorded
         self._loops: list[asyncio.Task[None]] = []
         self._last_purge = float("-inf")
@@ -120,6 +121,8 @@ class ImageTaskRunner:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._stops:  # started by the submits just cut off: their jobs must not run untracked
+            await asyncio.wait(self._stops, timeout=drain_seconds)
 
     def submit_lease(self, task_id: str) -> Lease:
         """The lease a replica holds while it submits `task_id` upstream (renewed while the call runs)."""
@@ -131,7 +134,8 @@ class ImageTaskRunner:
         return f"{base}/{task_id}?token={callback_token(self._config.callback_key, task_id)}" if base else None
 
     def callback_token_valid(self, task_id: str, token: str) -> bool:
-        return hmac.compare_digest(token, callback_token(self._config.callback_key, task_id))
+        expected = callback_token(self._config.callback_key, task_id)
+        return hmac.compare_digest(token.encode(), expected.encode())  # str: ASCII only, and a URL may hold any
 
     def enqueue_created(self, task: Task, leased_at: float) -> None:
         """Queue a task this replica has just created together with its `submit_lease` (requested at
@@ -290,7 +294,9 @@ class ImageTaskRunner:
                 task.id, lambda t: self._accepted(t, submission, now, wait), known=task
             )
         except BaseException:
-            self._spawn(self._stop_if_untracked(task.id, submission))
+            stop = asyncio.get_running_loop().create_task(self._stop_if_untracked(task.id, submission))
+            self._stops.add(stop)
+            stop.add_done_callback(self._stops.discard)
             raise
         if stored.upstream_request_id != submission.request_id:
             # The task ended while this job was being submitted (cancel, timeout, or the webhook of an

@@ -6,6 +6,16 @@ import asyncio
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 
+from gateway.errors import UpstreamUnavailableError
+
+ABANDON_AFTER_SECONDS = 0.5  # with no follower this long, the producer is cancelled
+
+
+class StreamAbandonedError(UpstreamUnavailableError):
+    """The shared stream was cancelled (every client had left) before this follower began to read it."""
+
+    code = "stream_abandoned"
+
 
 class SharedStream:
     """Chunks of one producer, replayed from the start to each follower and then followed live.
@@ -13,29 +23,37 @@ class SharedStream:
     A follower gets batches: every chunk that arrived since its last batch. Under load several chunks
     come in between two turns of a follower, and one batch is one write to its client rather than one
     write (and one pass through the middleware stack) per chunk; nothing waits to fill a batch.
-    The producer runs in its own task; it is cancelled (closing the upstream call) only when the
-    last follower has gone. `on_done(self)` runs once, when the stream takes no more followers: when it
-    ends, or at once when its last follower leaves (a request arriving then starts its own call rather
-    than joining one that is being cancelled).
+    The producer runs in its own task. When the last follower has gone and none has come for
+    `abandon_after_seconds`, it is cancelled (closing the upstream call) and `on_done(self)` runs, so a
+    request arriving then starts a call of its own. The pause covers a request that has joined but
+    whose response has not begun to read; one that begins only after the cancel gets
+    `StreamAbandonedError`, never a cut answer that looks complete. `on_done` runs once: then, or when
+    the stream ends.
     """
 
-    def __init__(self, source: AsyncGenerator[str, None], on_done: Callable[[SharedStream], object]) -> None:
+    def __init__(
+        self,
+        source: AsyncGenerator[str, None],
+        on_done: Callable[[SharedStream], object],
+        *,
+        abandon_after_seconds: float = ABANDON_AFTER_SECONDS,
+    ) -> None:
         self._chunks: list[str] = []
         self._done = False
+        self._abandoned = False
         self._error: BaseException | None = None
         self._changed = asyncio.Event()
         self._followers = 0
+        self._abandon_after = abandon_after_seconds
+        self._abandoning: asyncio.TimerHandle | None = None
         self._on_done: Callable[[SharedStream], object] | None = on_done
         self._producer = asyncio.create_task(self._produce(source))
 
-    def follow(self) -> AsyncGenerator[list[str], None]:
-        """A follower, counted now rather than at its first step: between a request joining and its
-        response starting, the last other follower may leave, and must not cancel the producer then.
-        (A follower never iterated keeps the producer running to the end: the answer is still cached.)"""
+    async def follow(self) -> AsyncGenerator[list[str], None]:
         self._followers += 1
-        return self._follow()
-
-    async def _follow(self) -> AsyncGenerator[list[str], None]:
+        if self._abandoning is not None:
+            self._abandoning.cancel()
+            self._abandoning = None
         index = 0
         try:
             while True:
@@ -47,14 +65,22 @@ class SharedStream:
                 if self._done:
                     if self._error is not None:
                         raise self._error
+                    if self._abandoned:
+                        raise StreamAbandonedError("the upstream stream was cancelled when its clients left; retry")
                     return
                 changed = self._changed
                 await changed.wait()
         finally:
             self._followers -= 1
             if self._followers == 0 and not self._done:
-                self._finished()
-                self._producer.cancel()
+                self._abandoning = asyncio.get_running_loop().call_later(self._abandon_after, self._abandon)
+
+    def _abandon(self) -> None:
+        self._abandoning = None
+        if not self._done:
+            self._abandoned = True
+            self._finished()
+            self._producer.cancel()
 
     async def _produce(self, source: AsyncGenerator[str, None]) -> None:
         try:

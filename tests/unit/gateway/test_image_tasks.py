@@ -215,8 +215,9 @@ async def submitted(store: StoreCalls, runner: ImageTaskRunner, task: Task, leas
         runner.enqueue(task.id)
     else:
         runner.enqueue_created(task, leased_at)
-    while "save" not in store.calls:
-        await asyncio.sleep(0.001)
+    async with asyncio.timeout(5):
+        while "save" not in store.calls:
+            await asyncio.sleep(0.001)
     stored = await store.store.get(task.id)
     assert stored is not None
     return stored
@@ -305,7 +306,7 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
         assert lease.ttl_seconds == pytest.approx(0.3)
         await store.create(task, lease)
         runner.enqueue_created(task, time.monotonic())
-        await quota.waiting.wait()
+        await asyncio.wait_for(quota.waiting.wait(), 5)
         await asyncio.sleep(0.35)  # the lease (0.3 s) has lapsed while the slot was awaited
         if taken_over:
             assert await store.acquire_lease(lease.name, "replica-2", 30)
@@ -355,12 +356,13 @@ def test_the_submit_lease_is_renewed_while_a_slow_upstream_call_runs(tmp_path: P
         lease = runner.submit_lease(task.id)
         await store.create(task, lease)
         runner.enqueue_created(task, time.monotonic())
-        await upstream.calling.wait()
+        await asyncio.wait_for(upstream.calling.wait(), 5)
         for _ in range(4):  # 0.4 s into the call: past the lease more than twice over
             await asyncio.sleep(0.1)
             assert not await store.store.acquire_lease(lease.name, "replica-2", 30)
-        while "save" not in store.calls:
-            await asyncio.sleep(0.001)
+        async with asyncio.timeout(5):
+            while "save" not in store.calls:
+                await asyncio.sleep(0.001)
         await runner.aclose()
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == R and upstream.submitted == [task.arguments]
@@ -384,7 +386,7 @@ def test_closing_lets_a_submit_at_the_upstream_record_its_job_and_cancels_one_wa
         task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
         await store.create(task, runner.submit_lease(task.id))
         runner.enqueue_created(task, time.monotonic())
-        await upstream.calling.wait()
+        await asyncio.wait_for(upstream.calling.wait(), 5)
         await runner.aclose()  # while the upstream is answering
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == R and stored.upstream_request_id == "1"
@@ -395,7 +397,7 @@ def test_closing_lets_a_submit_at_the_upstream_record_its_job_and_cancels_one_wa
         waiting = new_task(id="t-waiting", created_at=now, updated_at=now, deadline_at=now + 60)
         await store.create(waiting, runner.submit_lease(waiting.id))
         runner.enqueue_created(waiting, time.monotonic())
-        await held.waiting.wait()
+        await asyncio.wait_for(held.waiting.wait(), 5)
         started = time.monotonic()
         await runner.aclose()
         assert time.monotonic() - started < 1.0  # not drained: it had not reached the upstream
@@ -465,8 +467,52 @@ def test_each_task_has_its_own_webhook_url_token_under_the_replicas_key(tmp_path
         assert not replicas[1].callback_token_valid("task-2", token)
         assert not replicas[2].callback_token_valid("task-1", token)  # another key (a new fal key)
         assert not replicas[1].callback_token_valid("task-1", "")
+        assert not replicas[1].callback_token_valid("task-1", "é" * 32)  # any text a URL can carry
         polled = ImageTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(None), owner="d")
         assert polled.callback_url("task-1") is None
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+class HangingSaves(StoreCalls):
+    """Saves never return (a store that hangs)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "save":
+
+            async def hanging(*args: Any, **kwargs: Any) -> Any:
+                self.calls.append(name)
+                await asyncio.Event().wait()
+
+            return hanging
+        return super().__getattr__(name)
+
+
+class SlowCancels(Upstream):
+    async def cancel(self, cancel_url: str) -> bool:
+        await asyncio.sleep(0.05)
+        return await super().cancel(cancel_url)
+
+
+def test_closing_cancels_the_job_of_a_submit_cut_off_before_its_record(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = HangingSaves(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+        upstream = SlowCancels()
+        config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
+        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        await runner.start()
+        now = time.time()
+        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
+        await store.create(task, runner.submit_lease(task.id))
+        runner.enqueue_created(task, time.monotonic())
+        async with asyncio.timeout(5):
+            while "save" not in store.calls:
+                await asyncio.sleep(0.001)
+        await runner.aclose(drain_seconds=0.1)  # the record never comes: cut off after the drain
+        assert upstream.submitted == [task.arguments]
+        assert upstream.cancelled == ["https://queue.fal.run/pika/requests/1/cancel"]  # before aclose returned
         await store.aclose()
 
     asyncio.run(scenario())

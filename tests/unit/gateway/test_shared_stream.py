@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from gateway.services.shared_stream import SharedStream
+from gateway.services.shared_stream import SharedStream, StreamAbandonedError
 
 
 class Source:
@@ -79,58 +79,67 @@ def test_an_upstream_error_reaches_every_follower_after_the_chunks_before_it() -
     asyncio.run(scenario())
 
 
-def test_the_source_is_closed_when_the_last_follower_leaves_and_not_before() -> None:
+def test_the_source_is_closed_a_pause_after_the_last_follower_leaves_and_not_before() -> None:
     async def scenario() -> None:
         source = Source(10)
-        shared = SharedStream(source.chunks(), lambda stream: None)
+        shared = SharedStream(source.chunks(), lambda stream: None, abandon_after_seconds=0.05)
         first, second = shared.follow(), shared.follow()
         source.step()
         assert await anext(first) == ["c0"]
         assert await anext(second) == ["c0"]
         await first.aclose()
-        await settle()
+        await asyncio.sleep(0.1)
         assert not source.closed
         await second.aclose()
         await settle()
+        assert not source.closed  # the pause: a request may have joined without reading yet
+        await asyncio.sleep(0.1)
         assert source.closed
 
     asyncio.run(scenario())
 
 
 def test_a_follower_that_joined_but_has_not_started_keeps_the_producer_running() -> None:
-    """The window between a request joining a stream and its response starting to iterate: the last
-    other follower leaving then must not cancel the upstream (the joiner would get a cut answer)."""
+    """The window between a request joining a stream and its response starting to read: the last other
+    follower leaving then must not cut the answer the joiner gets."""
 
     async def scenario() -> None:
         source = Source(3)
-        shared = SharedStream(source.chunks(), lambda stream: None)
+        shared = SharedStream(source.chunks(), lambda stream: None, abandon_after_seconds=0.2)
         leaving = shared.follow()
         source.step()
         assert await anext(leaving) == ["c0"]
         joined = shared.follow()  # not iterated yet
         await leaving.aclose()
-        await settle()
+        await asyncio.sleep(0.05)
+        assert await anext(joined) == ["c0"]  # began to read within the pause
+        await asyncio.sleep(0.3)
         assert not source.closed
         source.step(2)
         await settle()
-        assert await anext(joined) == ["c0", "c1", "c2"]
+        assert await anext(joined) == ["c1", "c2"]
         with pytest.raises(StopAsyncIteration):
             await anext(joined)
 
     asyncio.run(scenario())
 
 
-def test_when_the_last_follower_leaves_the_stream_is_forgotten_at_once_and_only_once() -> None:
+def test_an_abandoned_stream_is_forgotten_once_and_a_late_follower_gets_an_error_not_a_cut_answer() -> None:
     async def scenario() -> None:
         source = Source(10)
         forgotten: list[SharedStream] = []
-        shared = SharedStream(source.chunks(), forgotten.append)
+        shared = SharedStream(source.chunks(), forgotten.append, abandon_after_seconds=0.05)
         follower = shared.follow()
         source.step()
         assert await anext(follower) == ["c0"]
+        late = shared.follow()  # joined, and begins to read only after the pause
         await follower.aclose()
-        assert forgotten == [shared]  # before the cancelled producer has wound down
-        await settle()
+        assert forgotten == []
+        await asyncio.sleep(0.1)
         assert source.closed and forgotten == [shared]
+        assert await anext(late) == ["c0"]
+        with pytest.raises(StreamAbandonedError):
+            await anext(late)
+        assert forgotten == [shared]
 
     asyncio.run(scenario())

@@ -132,6 +132,7 @@ def test_questions_with_other_numbers_never_share_a_context() -> None:
     assert semantic_context_key(asked) != semantic_context_key(chat("What is 6789 * 12345? Show the steps."))
     assert semantic_context_key(asked) == semantic_context_key(chat("Compute 12,345 * 6789, showing the steps."))
     assert query_numbers("Between 1,500 and 2.5, or 3") == ["1500", "2.5", "3"]
+    assert query_numbers("the sum of 1,2 and 3,5; 12 and 3,456,789") == ["1,2", "3,5", "12", "3456789"]
 
 
 def test_semantic_query_is_the_last_user_text() -> None:
