@@ -27,7 +27,7 @@ RELEASE = "ai"
 SCENARIOS = ["default", *sorted(p.stem.removesuffix("-values") for p in (CHART / "ci").glob("*-values.yaml"))]
 # Kinds from CRDs that kubernetes-validate has no schema for; their shape is checked by the tests below.
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
-SECRET_LIKE = re.compile(r"KEY|PASSWORD|SECRET|TOKEN$|REDIS_URL", re.IGNORECASE)
+SECRET_LIKE = re.compile(r"KEY|PASSWORD|PASSWD|SECRET|TOKEN$|CREDENTIAL|AUTHORIZATION|HEADERS|REDIS_URL", re.IGNORECASE)
 # Settings whose default is "unset" (None): the chart leaves them out unless gateway.extraConfig sets them.
 # GATEWAY_PUBLIC_URL is rendered only when the ingress (or gateway.config) gives the gateway a public address.
 UNSET_BY_DEFAULT = {"OTEL_EXPORTER_OTLP_ENDPOINT", "HUNYUAN_TOKENS_PER_MINUTE", "GATEWAY_PUBLIC_URL"}
@@ -163,6 +163,16 @@ def test_keda_replaces_the_hpa() -> None:
     assert triggers["cpu"]["metadata"]["value"] == "60"
     assert "http_requests_in_flight" in triggers["prometheus"]["metadata"]["query"]
     assert triggers["prometheus"]["metadata"]["threshold"] == "10"
+
+
+def test_without_a_metrics_adapter_the_hpa_scales_on_cpu_alone() -> None:
+    """An HPA with a metric nobody serves never scales down: with mode none it gets only the CPU metric."""
+    result = helm("template", RELEASE, str(CHART), "--namespace", "ai", "--set", "metricsAdapter.mode=none")
+    assert result.returncode == 0, result.stderr
+    manifests = [m for m in yaml.safe_load_all(result.stdout) if m]
+    hpa = next(m for m in manifests if m["kind"] == "HorizontalPodAutoscaler")
+    assert [metric["type"] for metric in hpa["spec"]["metrics"]] == ["Resource"]
+    assert not [m for m in manifests if m["metadata"]["name"].endswith("adapter-rules")]
 
 
 def test_autoscaling_off_sets_a_fixed_replica_count() -> None:
@@ -528,7 +538,8 @@ def test_every_value_is_documented() -> None:
     assert undocumented == [], f"add `## @param` lines for {undocumented}"
 
 
-def test_chart_refuses_a_secret_in_the_config_map() -> None:
-    result = helm("template", str(CHART), "--set", "gateway.extraConfig.PIKA_API_KEY=leak")
+@pytest.mark.parametrize("name", ["PIKA_API_KEY", "OTEL_EXPORTER_OTLP_HEADERS", "SOME_DB_PASSWORD", "GITHUB_TOKEN"])
+def test_chart_refuses_a_secret_in_the_config_map(name: str) -> None:
+    result = helm("template", str(CHART), "--set", f"gateway.extraConfig.{name}=leak")
     assert result.returncode != 0
-    assert "PIKA_API_KEY looks like a secret" in result.stderr
+    assert f"{name} looks like a secret" in result.stderr
