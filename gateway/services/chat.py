@@ -15,7 +15,13 @@ from typing import Any, Literal, Protocol
 from gateway import metrics
 from gateway.cache.chat import ChatAnswer, ExactChatCache, exact_key, prompt_chars
 from gateway.cache.semantic import SemanticIndex
-from gateway.errors import InvalidRequestError, UpstreamError, UpstreamUnavailableError
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    UpstreamError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
 from gateway.services.shared_stream import SharedStream
 from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.llm import LLMClient
@@ -184,6 +190,7 @@ class ChatService:
                 )
                 continue
             attempt = AsyncExitStack()
+            slot: QuotaSlot | None = None
             try:
                 slot = await attempt.enter_async_context(self._quota.slot(estimate_tokens(body)))
                 upstream_body = {**body, "model": model}
@@ -192,11 +199,13 @@ class ChatService:
                 else:
                     result = await self._llm.complete(upstream_body)
             except UpstreamError as exc:
+                _nothing_billed(slot, exc)
                 await attempt.aclose()
                 breaker.record_failure()
                 last_error = exc
                 continue
-            except BaseException:  # our quota refused, the request was rejected, or the caller left
+            except BaseException as exc:  # our quota refused, the request was rejected, or the caller left
+                _nothing_billed(slot, exc)
                 await attempt.aclose()
                 breaker.release()
                 raise
@@ -250,6 +259,13 @@ def account_usage(model: str, usage: dict[str, Any], slot: QuotaSlot) -> None:
     metrics.LLM_TOKENS.labels(model=model, kind="prompt").inc(prompt)
     metrics.LLM_TOKENS.labels(model=model, kind="completion").inc(completion)
     slot.settle(prompt + completion)
+
+
+def _nothing_billed(slot: QuotaSlot | None, error: BaseException) -> None:
+    """Give a failed call's token estimate back when the upstream answered with an error (nothing generated,
+    nothing billed); a call that timed out or was cancelled may have been generating, and keeps it."""
+    if slot is not None and isinstance(error, GatewayError) and not isinstance(error, UpstreamTimeoutError):
+        slot.settle(0)
 
 
 def _token_count(usage: dict[str, Any], name: str) -> int | None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import enum
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from gateway import metrics
+
+MAX_MODELS = 256
 
 
 class BreakerState(str, enum.Enum):
@@ -76,15 +79,32 @@ class CircuitBreaker:
 
 
 class BreakerBoard:
-    """The breakers of all models, created on first use."""
+    """The breakers of the models asked for, created on first use. Clients name the model, so at most
+    `max_models` are kept, the least recently used dropped first (a dropped one starts closed again)."""
 
-    def __init__(self, failures: int, reset_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        failures: int,
+        reset_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        max_models: int = MAX_MODELS,
+    ) -> None:
         self._failures = failures
         self._reset_seconds = reset_seconds
         self._clock = clock
-        self._breakers: dict[str, CircuitBreaker] = {}
+        self._max_models = max_models
+        self._breakers: OrderedDict[str, CircuitBreaker] = OrderedDict()
 
     def __getitem__(self, model: str) -> CircuitBreaker:
-        if model not in self._breakers:
-            self._breakers[model] = CircuitBreaker(model, self._failures, self._reset_seconds, self._clock)
-        return self._breakers[model]
+        breaker = self._breakers.get(model)
+        if breaker is None:
+            breaker = self._breakers[model] = CircuitBreaker(model, self._failures, self._reset_seconds, self._clock)
+            if len(self._breakers) > self._max_models:
+                self._breakers.popitem(last=False)
+        else:
+            self._breakers.move_to_end(model)
+        return breaker
+
+    def __len__(self) -> int:
+        return len(self._breakers)

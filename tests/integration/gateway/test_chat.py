@@ -442,6 +442,28 @@ def test_no_quota_slot_within_the_wait_is_429_with_retry_after(
     assert hunyuan_simulator.stats.requests_total == 1
 
 
+def test_a_call_the_upstream_refused_gives_its_token_estimate_back(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+) -> None:
+    """1,000 tokens a minute and ~400 estimated per call: two refused calls keeping their estimates would
+    leave too few for the next call for most of a minute."""
+    from gateway.settings import QuotaSettings
+
+    gateway = gateway_factory(
+        triton.grpc_url,
+        llm=llm(hunyuan_simulator, max_retries=0, breaker_failures=10),
+        quota=QuotaSettings(tokens_per_minute=1000, max_wait_seconds=0.5),
+    )
+    url = f"{gateway.base_url}/v1/chat/completions"
+    hunyuan_simulator.config.fail_next = [500, 500]
+    assert [http.post(url, json=ask(f"q{i}", max_tokens=400)).status_code for i in range(2)] == [502, 502]
+    answered = http.post(url, json=ask("q2", max_tokens=400))
+    assert answered.status_code == 200, answered.text
+
+
 def test_answers_with_several_choices_are_not_cached(chat_gateway: RunningGateway, http: httpx.Client) -> None:
     url = f"{chat_gateway.base_url}/v1/chat/completions"
     for _ in range(2):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.upstreams.breaker import BreakerState, CircuitBreaker
+from gateway.upstreams.breaker import BreakerBoard, BreakerState, CircuitBreaker
 
 
 class Clock:
@@ -60,3 +60,15 @@ def test_release_on_a_closed_breaker_changes_nothing() -> None:
     breaker = CircuitBreaker("m", failures=1, reset_seconds=1.0, clock=Clock())
     breaker.release()
     assert breaker.state is BreakerState.CLOSED and breaker.allow()
+
+
+def test_the_board_keeps_the_most_recently_used_models_only() -> None:
+    board = BreakerBoard(failures=1, reset_seconds=10.0, clock=Clock(), max_models=2)
+    failing = board["a"]
+    failing.record_failure()
+    board["b"]
+    assert board["a"] is failing and not board["a"].allow()  # used again: kept, still open
+    for name in ("c", "d", "e"):  # a client naming model after model
+        board[name]
+    assert len(board) == 2
+    assert board["a"] is not failing and board["a"].allow()  # dropped, then made anew
