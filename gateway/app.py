@@ -28,7 +28,7 @@ from gateway.cache.semantic import (
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
 from gateway.grpc.server import create_grpc_server
-from gateway.limits import LimitsMiddleware
+from gateway.limits import InFlightLimit, LimitsMiddleware
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
 from gateway.routes import callbacks, chat, embeddings, health, images
@@ -180,6 +180,7 @@ def semantic_index(settings: Settings, embeddings: EmbeddingService, redis_url: 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
     """The gateway app. Tests may pass their own `embedder` (anything with the `Embedder` methods)."""
     verifier = ApiKeyVerifier(settings.auth.keys())
+    in_flight = InFlightLimit(settings.limits.max_in_flight)  # REST and gRPC: one budget
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -206,6 +207,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 port=settings.server.grpc_port,
                 chat=app.state.chat,
                 images=app.state.images,
+                in_flight=in_flight,
+                timeout_seconds=settings.limits.request_timeout_seconds,
             )
             await grpc_server.start()
             app.state.grpc = grpc_server
@@ -234,7 +237,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.add_middleware(
         LimitsMiddleware,
         max_body_bytes=settings.limits.max_body_bytes,
-        max_in_flight=settings.limits.max_in_flight,
+        in_flight=in_flight,
         timeout_seconds=settings.limits.request_timeout_seconds,
     )
     app.add_middleware(RequestContextMiddleware)  # outermost: every answer gets a request id and is measured

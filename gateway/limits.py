@@ -1,4 +1,4 @@
-"""Request limits as pure ASGI middleware: body size, in-flight permits (load shedding), deadline."""
+"""Request limits: body size, in-flight permits (load shedding, shared with gRPC), deadline (pure ASGI)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,31 @@ from gateway.auth import PUBLIC_PATHS
 from gateway.errors import GatewayError, OverloadedError, PayloadTooLargeError, UpstreamTimeoutError
 
 
+class InFlightLimit:
+    """Permits for the requests and calls being served, one budget for the process whichever protocol
+    they come in on (the REST middleware and the gRPC interceptor share it)."""
+
+    def __init__(self, maximum: int) -> None:
+        if maximum <= 0:
+            raise ValueError("the in-flight maximum must be positive")
+        self.maximum = maximum
+        self.count = 0
+
+    def acquire(self) -> bool:
+        """Take a permit, or count a shed request and return False when all are taken."""
+        if self.count >= self.maximum:
+            metrics.REQUESTS_SHED.inc()
+            return False
+        self.count += 1
+        return True
+
+    def release(self) -> None:
+        self.count -= 1
+
+    def overloaded(self) -> OverloadedError:
+        return OverloadedError(f"server busy: {self.maximum} requests in flight; retry shortly")
+
+
 class LimitsMiddleware:
     """Refuses what would overload the process, with OpenAI-style errors.
 
@@ -22,14 +47,13 @@ class LimitsMiddleware:
     Health, readiness and metrics are exempt so probes keep answering under load.
     """
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, max_in_flight: int, timeout_seconds: float) -> None:
-        if max_body_bytes <= 0 or max_in_flight <= 0 or timeout_seconds <= 0:
-            raise ValueError("max_body_bytes, max_in_flight and timeout_seconds must be positive")
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, in_flight: InFlightLimit, timeout_seconds: float) -> None:
+        if max_body_bytes <= 0 or timeout_seconds <= 0:
+            raise ValueError("max_body_bytes and timeout_seconds must be positive")
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self.max_in_flight = max_in_flight
+        self.in_flight = in_flight
         self.timeout_seconds = timeout_seconds
-        self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
@@ -39,16 +63,13 @@ class LimitsMiddleware:
         if declared is not None and declared > self.max_body_bytes:
             await _answer(self._too_large(declared), scope, receive, send)
             return
-        if self.in_flight >= self.max_in_flight:
-            metrics.REQUESTS_SHED.inc()
-            error = OverloadedError(f"server busy: {self.max_in_flight} requests in flight; retry shortly")
-            await _answer(error, scope, receive, send)
+        if not self.in_flight.acquire():
+            await _answer(self.in_flight.overloaded(), scope, receive, send)
             return
-        self.in_flight += 1
         try:
             await self._run(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self.in_flight.release()
 
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
         received = 0

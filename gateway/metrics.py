@@ -11,7 +11,9 @@ from prometheus_client import Counter, Gauge, Histogram
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 
-HTTP_IN_FLIGHT = Gauge("http_requests_in_flight", "HTTP requests being served now (the autoscaling signal).")
+HTTP_IN_FLIGHT = Gauge(
+    "http_requests_in_flight", "HTTP requests and gRPC calls being served now (the autoscaling signal)."
+)
 HTTP_LATENCY = Histogram(
     "gateway_http_request_duration_seconds",
     "HTTP request latency by route template and status.",

@@ -75,8 +75,8 @@ class LimitSettings(BaseSettings):
     )
     max_in_flight: int = Field(
         256,
-        description="Requests served at once. Above it, requests are refused with 429 + Retry-After at once "
-        "(load shedding) instead of queuing without bound.",
+        description="Requests and gRPC calls served at once (one budget). Above it, they are refused with 429 + "
+        "Retry-After (gRPC: RESOURCE_EXHAUSTED) at once (load shedding) instead of queuing without bound.",
     )
 
 

@@ -1,4 +1,5 @@
-"""The one gRPC interceptor: API key check, `GatewayError` -> status code, latency metric.
+"""The one gRPC interceptor: API key check, the process's in-flight limit (shared with REST, and counted in
+the autoscaling gauge), a deadline for unary calls, `GatewayError` -> status code, latency metric.
 
 Like the REST error handlers in `gateway.errors`, this is the only place errors become gRPC statuses.
 Health and reflection calls pass through untouched: probes and tooling carry no API key.
@@ -17,8 +18,9 @@ from typing import Any
 import grpc
 
 from gateway.auth import ApiKeyVerifier
-from gateway.errors import GatewayError
-from gateway.metrics import GRPC_LATENCY
+from gateway.errors import GatewayError, UpstreamTimeoutError
+from gateway.limits import InFlightLimit
+from gateway.metrics import GRPC_LATENCY, HTTP_IN_FLIGHT
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +70,12 @@ def service_of(method: str) -> str:
 class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped (Any)
     """Wraps every handler's behaviour (all four call kinds) so errors raised while it runs are mapped."""
 
-    def __init__(self, verifier: ApiKeyVerifier) -> None:
+    def __init__(
+        self, verifier: ApiKeyVerifier, in_flight: InFlightLimit | None = None, timeout_seconds: float | None = None
+    ) -> None:
         self._verifier = verifier
+        self._in_flight = in_flight
+        self._timeout = timeout_seconds
 
     async def intercept_service(
         self,
@@ -95,7 +101,14 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
     def _unary(self, behavior: UnaryBehavior, method: str) -> UnaryBehavior:
         async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
             async with self._guard(method, context):
-                return await behavior(request, context)
+                deadline = asyncio.timeout(self._timeout)
+                try:
+                    async with deadline:
+                        return await behavior(request, context)
+                except TimeoutError:
+                    if deadline.expired():  # ours, as the REST deadline: 504 there, DEADLINE_EXCEEDED here
+                        raise UpstreamTimeoutError(f"call took longer than {self._timeout:g} s") from None
+                    raise
 
         return unary
 
@@ -118,8 +131,14 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         The latency is observed before the status goes out, so a client that has its answer finds the metric.
         """
         started = time.perf_counter()
+        admitted = False
         try:
             self._verifier.verify(_authorization(context))
+            if self._in_flight is not None:
+                if not self._in_flight.acquire():
+                    raise self._in_flight.overloaded()
+                admitted = True
+                HTTP_IN_FLIGHT.inc()
             yield
         except grpc.aio.AbortError:  # the handler chose its status itself
             _observe(method, context.code() or grpc.StatusCode.UNKNOWN, started)
@@ -133,6 +152,10 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
             await context.abort(code, details, trailing_metadata=trailers)
         else:
             _observe(method, grpc.StatusCode.OK, started)
+        finally:
+            if admitted and self._in_flight is not None:
+                self._in_flight.release()
+                HTTP_IN_FLIGHT.dec()
 
 
 def _status_of(exc: Exception, method: str) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:

@@ -20,6 +20,7 @@ from gateway.grpc.servicer import (
     ImageBackend,
     ImagesServicer,
 )
+from gateway.limits import InFlightLimit
 
 EMBEDDINGS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Embeddings"].full_name
 CHAT_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Chat"].full_name
@@ -68,12 +69,14 @@ def create_grpc_server(
     port: int,
     chat: ChatBackend | None = None,
     images: ImageBackend | None = None,
+    in_flight: InFlightLimit | None = None,
+    timeout_seconds: float | None = None,
 ) -> GrpcServer:
     """Call inside the running event loop that will serve it; then `await GrpcServer.start()`.
 
     Chat and Images are served only when their backend is given; health and reflection list what is served.
     """
-    server = grpc.aio.server(interceptors=[GatewayInterceptor(verifier)])
+    server = grpc.aio.server(interceptors=[GatewayInterceptor(verifier, in_flight, timeout_seconds)])
     _add_embeddings(EmbeddingsServicer(backend), server)
     services = [EMBEDDINGS_SERVICE]
     if chat is not None:

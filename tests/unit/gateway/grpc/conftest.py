@@ -36,6 +36,7 @@ from gateway.errors import (  # noqa: E402
 from gateway.grpc.pb.gateway.v1 import gateway_pb2_grpc  # noqa: E402
 from gateway.grpc.server import GrpcServer, create_grpc_server  # noqa: E402
 from gateway.grpc.servicer import ImageBackend  # noqa: E402
+from gateway.limits import InFlightLimit  # noqa: E402
 from gateway.services.embeddings import EmbeddingResult  # noqa: E402
 
 T = TypeVar("T")
@@ -144,23 +145,27 @@ def loop_thread() -> Iterator[LoopThread]:
 @pytest.fixture
 def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
     """Start servers (keys: the API keys, () for none; handlers: extra generic handlers; images: an image
-    backend, which also serves gateway.v1.Images); all stop at teardown."""
+    backend, which also serves gateway.v1.Images; in_flight and timeout_seconds: the process's limits);
+    all stop at teardown."""
     started: list[Harness] = []
 
-    async def build(
-        backend: FakeBackend, keys: Sequence[str], handlers: Sequence[Any], images: ImageBackend | None
-    ) -> GrpcServer:
+    async def build(backend: FakeBackend, keys: Sequence[str], handlers: Sequence[Any], **options: Any) -> GrpcServer:
         verifier = ApiKeyVerifier([key.encode() for key in keys])
-        server = create_grpc_server(backend, verifier, host="127.0.0.1", port=0, images=images)
+        server = create_grpc_server(backend, verifier, host="127.0.0.1", port=0, **options)
         server.server.add_generic_rpc_handlers(tuple(handlers))
         await server.start()
         return server
 
     def start(
-        keys: Sequence[str] = (API_KEY,), handlers: Sequence[Any] = (), images: ImageBackend | None = None
+        keys: Sequence[str] = (API_KEY,),
+        handlers: Sequence[Any] = (),
+        images: ImageBackend | None = None,
+        in_flight: InFlightLimit | None = None,
+        timeout_seconds: float | None = None,
     ) -> Harness:
         backend = FakeBackend()
-        server = loop_thread.run(build(backend, keys, handlers, images))
+        options = {"images": images, "in_flight": in_flight, "timeout_seconds": timeout_seconds}
+        server = loop_thread.run(build(backend, keys, handlers, **options))
         channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
         started.append(Harness(server, backend, channel, loop_thread))
         return started[-1]

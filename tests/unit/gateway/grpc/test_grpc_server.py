@@ -18,6 +18,7 @@ from gateway.errors import OverloadedError
 from gateway.grpc import codegen
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.grpc.server import address
+from gateway.limits import InFlightLimit
 from tests.unit.gateway.grpc.conftest import AUTH, SECRET, Harness, HarnessFactory
 
 EMBED = "/gateway.v1.Embeddings/Embed"
@@ -243,6 +244,36 @@ def test_a_call_the_client_gave_up_on_is_counted_as_cancelled(harness: Harness) 
 
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert wait_for_count(EMBED, "CANCELLED", before + 1)
+
+
+def test_calls_share_the_process_in_flight_limit_and_the_autoscaling_gauge(harness_factory: HarnessFactory) -> None:
+    limit = InFlightLimit(1)
+    harness = harness_factory(in_flight=limit)
+    gauge = REGISTRY.get_sample_value("http_requests_in_flight") or 0.0
+    slow = harness.embeddings.Embed.future(pb.EmbedRequest(input=["!slow"]), metadata=AUTH, timeout=2)
+    deadline = time.monotonic() + 5
+    while limit.count < 1:
+        assert time.monotonic() < deadline, "the slow call never started"
+        time.sleep(0.01)
+    assert REGISTRY.get_sample_value("http_requests_in_flight") == gauge + 1
+    shed = embed_error(harness, pb.EmbedRequest(input=["a"]))
+    assert shed.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "requests in flight" in shed.details()
+    assert limit.acquire() is False  # a REST request now would be refused as well
+    with pytest.raises(grpc.RpcError):
+        slow.result()
+    while limit.count:
+        assert time.monotonic() < deadline, "the cancelled call kept its permit"
+        time.sleep(0.01)
+    assert harness.embeddings.Embed(pb.EmbedRequest(input=["a"]), metadata=AUTH).cache == "hit"
+    assert REGISTRY.get_sample_value("http_requests_in_flight") == gauge
+
+
+def test_a_unary_call_past_the_request_deadline_is_deadline_exceeded(harness_factory: HarnessFactory) -> None:
+    harness = harness_factory(timeout_seconds=0.2)
+    started = time.monotonic()
+    error = embed_error(harness, pb.EmbedRequest(input=["!slow"]))
+    assert (error.code(), error.details()) == (grpc.StatusCode.DEADLINE_EXCEEDED, "call took longer than 0.2 s")
+    assert time.monotonic() - started < 5
 
 
 # --- health and reflection --------------------------------------------------------------------------------------
