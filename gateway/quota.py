@@ -371,7 +371,8 @@ class RedisQuotaLimiter(_WaitingLimiter):
     async def _give_back(self, lease: str, token_correction: int, *, only_if_held: bool) -> None:
         args: list[str | int] = [lease, self.config.tokens_per_minute or 0, token_correction, int(only_if_held)]
         try:
-            await self._release_script(keys=[self._slots_key, self._tokens_key], args=args)
+            keys = [self._slots_key, self._tokens_key, f"{self._tokens_key}:settled:{lease}"]
+            await self._release_script(keys=keys, args=args)
         except REDIS_FAILURES as exc:
             self._fall_back(exc)
         finally:
@@ -481,13 +482,16 @@ return {1, now}
 """
 )
 
-# KEYS: slots, tokens. ARGV: lease, tokens_per_minute (0: off), token correction, only_if_held (1: a cleanup).
+# KEYS: slots, tokens, the lease's settled mark. ARGV: lease, tokens_per_minute (0: off), token correction,
+# only_if_held (1: a cleanup). The mark makes the correction happen once: redis-py runs the script again
+# when its reply was lost (a timeout or a reset after it ran), and the lease may have expired meanwhile.
 _RELEASE_LUA = (
     _LUA_COMMON
     + """
 local held = redis.call('ZREM', KEYS[1], ARGV[1])
 local capacity, correction = tonumber(ARGV[2]), tonumber(ARGV[3])
-if (held == 1 or ARGV[4] == '0') and capacity > 0 and correction ~= 0 then
+if (held == 1 or ARGV[4] == '0') and capacity > 0 and correction ~= 0
+    and redis.call('SET', KEYS[3], '1', 'NX', 'PX', 60000) then
   local now = now_us()
   bucket_store(KEYS[2], capacity, math.min(capacity, bucket_level(KEYS[2], capacity, now) - correction), now)
 end

@@ -195,6 +195,20 @@ def test_tokens_are_taken_on_entry_and_settled_on_exit(redis_url: str) -> None:
     assert in_debt.headers == {"Retry-After": "10"}
 
 
+def test_a_release_run_twice_corrects_the_tokens_once(redis_url: str) -> None:
+    """redis-py runs a script again when its reply was lost (a timeout or a reset after it ran)."""
+
+    async def scenario() -> OverloadedError:
+        async with make_limiter(redis_url, tokens_per_minute=600, max_wait_seconds=0.5) as limiter:
+            async with limiter.slot(500) as slot:
+                slot.settle(500)  # 100 left
+            for _ in range(2):  # the same release, as a retry would send it: 400 given back, once
+                await limiter._give_back("lease-retried", -400, only_if_held=False)
+            return await refusal(limiter, 600)  # 500 there: 100 short
+
+    assert run(scenario()).headers == {"Retry-After": "10"}
+
+
 def test_the_slot_is_released_when_the_block_raises_or_is_cancelled(redis_url: str, redis_server: RedisServer) -> None:
     async def scenario() -> int:
         async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.5) as limiter:
