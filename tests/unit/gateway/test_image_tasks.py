@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +288,68 @@ class HeldQuota:
         yield object()
 
 
+class SlowUpstream(Upstream):
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.calling = asyncio.Event()
+
+    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
+        self.calling.set()
+        await asyncio.sleep(self.seconds)
+        return await super().submit(arguments, webhook_url)
+
+
+class SlowCancels(Upstream):
+    async def cancel(self, cancel_url: str) -> bool:
+        await asyncio.sleep(0.05)
+        return await super().cancel(cancel_url)
+
+
+class BrokenSaves(StoreCalls):
+    """Saves fail (the store is down), or with `hang`, never return (a store that hangs)."""
+
+    def __init__(self, store: SqliteTaskStore, *, hang: bool = False) -> None:
+        super().__init__(store)
+        self.hang = hang
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "save":
+            return super().__getattr__(name)
+
+        async def broken(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            if self.hang:
+                await asyncio.Event().wait()
+            raise TaskStoreError("task store unavailable")
+
+        return broken
+
+
+async def started_runner(store: StoreCalls, upstream: Upstream, quota: Any = None, **config: Any) -> ImageTaskRunner:
+    """A started runner on `store` (no webhooks, no scans unless `config` says otherwise)."""
+    ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+    settings = RunnerConfig(**{"callback_url_base": None, "scan_interval_seconds": 60, **config})
+    runner = ImageTaskRunner(ledger, upstream, quota or LocalQuotaLimiter(), settings, owner="replica-1")
+    await runner.start()
+    return runner
+
+
+async def created(store: StoreCalls, runner: ImageTaskRunner, task_id: str | None = None) -> Task:
+    """A new task, created with its submit lease and queued, as the submit route does."""
+    now = time.time()
+    task = new_task(id=task_id or Task.new_id(), created_at=now, updated_at=now, deadline_at=now + 60)
+    await store.create(task, runner.submit_lease(task.id))
+    runner.enqueue_created(task, time.monotonic())
+    return task
+
+
+async def until(condition: Callable[[], object], seconds: float = 5.0) -> None:
+    async with asyncio.timeout(seconds):
+        while not condition():
+            await asyncio.sleep(0.001)
+
+
 @pytest.mark.parametrize("taken_over", [False, True], ids=["renewed", "taken-over"])
 def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_path: Path, taken_over: bool) -> None:
     """After a quota wait longer than the lease, the lease is renewed and the task read again before the
@@ -295,26 +357,16 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
 
     async def scenario() -> None:
         store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
-        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         upstream, quota = Upstream(), HeldQuota()
-        config = RunnerConfig(callback_url_base=None, lease_seconds=0.3, scan_interval_seconds=60)
-        runner = ImageTaskRunner(ledger, upstream, quota, config, owner="replica-1")
-        await runner.start()
-        now = time.time()
-        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
+        runner = await started_runner(store, upstream, quota, lease_seconds=0.3)
+        task = await created(store, runner)
         lease = runner.submit_lease(task.id)
-        assert lease.ttl_seconds == pytest.approx(0.3)
-        await store.create(task, lease)
-        runner.enqueue_created(task, time.monotonic())
-        await asyncio.wait_for(quota.waiting.wait(), 5)
+        await until(quota.waiting.is_set)
         await asyncio.sleep(0.35)  # the lease (0.3 s) has lapsed while the slot was awaited
         if taken_over:
             assert await store.acquire_lease(lease.name, "replica-2", 30)
         quota.gate.set()
-        last_call = "release_lease" if taken_over else "save"
-        async with asyncio.timeout(5):
-            while store.calls[-1] != last_call:
-                await asyncio.sleep(0.001)
+        await until(lambda: store.calls[-1] == ("release_lease" if taken_over else "save"))
         await runner.aclose()
         stored = await store.store.get(task.id)
         assert stored is not None
@@ -329,40 +381,20 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
     asyncio.run(scenario())
 
 
-class SlowUpstream(Upstream):
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds = seconds
-        self.calling = asyncio.Event()
-
-    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
-        self.calling.set()
-        await asyncio.sleep(self.seconds)
-        return await super().submit(arguments, webhook_url)
-
-
 def test_the_submit_lease_is_renewed_while_a_slow_upstream_call_runs(tmp_path: Path) -> None:
     """A submit call longer than the lease: no other replica can take the task (and submit it again) meanwhile."""
 
     async def scenario() -> None:
         store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
-        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         upstream = SlowUpstream(seconds=0.6)
-        config = RunnerConfig(callback_url_base=None, lease_seconds=0.15, scan_interval_seconds=60)
-        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
-        await runner.start()
-        now = time.time()
-        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
+        runner = await started_runner(store, upstream, lease_seconds=0.15)
+        task = await created(store, runner)
         lease = runner.submit_lease(task.id)
-        await store.create(task, lease)
-        runner.enqueue_created(task, time.monotonic())
-        await asyncio.wait_for(upstream.calling.wait(), 5)
+        await until(upstream.calling.is_set)
         for _ in range(4):  # 0.4 s into the call: past the lease more than twice over
             await asyncio.sleep(0.1)
             assert not await store.store.acquire_lease(lease.name, "replica-2", 30)
-        async with asyncio.timeout(5):
-            while "save" not in store.calls:
-                await asyncio.sleep(0.001)
+        await until(lambda: "save" in store.calls)
         await runner.aclose()
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == R and upstream.submitted == [task.arguments]
@@ -377,27 +409,18 @@ def test_closing_lets_a_submit_at_the_upstream_record_its_job_and_cancels_one_wa
 ) -> None:
     async def scenario() -> None:
         store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
-        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         upstream = SlowUpstream(seconds=0.3)
-        config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
-        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
-        await runner.start()
-        now = time.time()
-        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
-        await store.create(task, runner.submit_lease(task.id))
-        runner.enqueue_created(task, time.monotonic())
-        await asyncio.wait_for(upstream.calling.wait(), 5)
+        runner = await started_runner(store, upstream)
+        task = await created(store, runner)
+        await until(upstream.calling.is_set)
         await runner.aclose()  # while the upstream is answering
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == R and stored.upstream_request_id == "1"
 
         held = HeldQuota()  # never granted
-        runner = ImageTaskRunner(ledger, upstream, held, config, owner="replica-1")
-        await runner.start()
-        waiting = new_task(id="t-waiting", created_at=now, updated_at=now, deadline_at=now + 60)
-        await store.create(waiting, runner.submit_lease(waiting.id))
-        runner.enqueue_created(waiting, time.monotonic())
-        await asyncio.wait_for(held.waiting.wait(), 5)
+        runner = await started_runner(store, upstream, held)
+        await created(store, runner, "t-waiting")
+        await until(held.waiting.is_set)
         started = time.monotonic()
         await runner.aclose()
         assert time.monotonic() - started < 1.0  # not drained: it had not reached the upstream
@@ -407,40 +430,20 @@ def test_closing_lets_a_submit_at_the_upstream_record_its_job_and_cancels_one_wa
     asyncio.run(scenario())
 
 
-class FailingSaves(StoreCalls):
-    """Saves fail (the store is down) while `down`."""
-
-    down = True
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "save" and self.down:
-
-            async def failing(*args: Any, **kwargs: Any) -> Any:
-                self.calls.append(name)
-                raise TaskStoreError("task store unavailable")
-
-            return failing
-        return super().__getattr__(name)
-
-
-def test_a_job_whose_acceptance_cannot_be_recorded_is_cancelled(tmp_path: Path) -> None:
-    """The task stays pending and will be submitted again; the untracked job must not run as well."""
+@pytest.mark.parametrize("hang", [False, True], ids=["store-down", "cut-off-on-close"])
+def test_a_job_whose_acceptance_cannot_be_recorded_is_cancelled(tmp_path: Path, hang: bool) -> None:
+    """The task stays pending and will be submitted again; the untracked job must not run as well, also
+    when the record is cut off by closing (the cancel is done before close returns)."""
 
     async def scenario() -> None:
-        store = FailingSaves(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
-        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
-        upstream = Upstream()
-        config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
-        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
-        await runner.start()
-        now = time.time()
-        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
-        await store.create(task, runner.submit_lease(task.id))
-        runner.enqueue_created(task, time.monotonic())
-        async with asyncio.timeout(5):
-            while not upstream.cancelled:
-                await asyncio.sleep(0.001)
-        await runner.aclose()
+        store = BrokenSaves(SqliteTaskStore(tmp_path / "tasks.sqlite3"), hang=hang)
+        upstream = SlowCancels()
+        runner = await started_runner(store, upstream)
+        task = await created(store, runner)
+        await until(lambda: "save" in store.calls)
+        if not hang:
+            await until(lambda: upstream.cancelled)
+        await runner.aclose(drain_seconds=0.1)  # a hanging record never comes: cut off after the drain
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == P and stored.upstream_request_id is None
         assert upstream.submitted == [task.arguments]
@@ -470,49 +473,6 @@ def test_each_task_has_its_own_webhook_url_token_under_the_replicas_key(tmp_path
         assert not replicas[1].callback_token_valid("task-1", "é" * 32)  # any text a URL can carry
         polled = ImageTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(None), owner="d")
         assert polled.callback_url("task-1") is None
-        await store.aclose()
-
-    asyncio.run(scenario())
-
-
-class HangingSaves(StoreCalls):
-    """Saves never return (a store that hangs)."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "save":
-
-            async def hanging(*args: Any, **kwargs: Any) -> Any:
-                self.calls.append(name)
-                await asyncio.Event().wait()
-
-            return hanging
-        return super().__getattr__(name)
-
-
-class SlowCancels(Upstream):
-    async def cancel(self, cancel_url: str) -> bool:
-        await asyncio.sleep(0.05)
-        return await super().cancel(cancel_url)
-
-
-def test_closing_cancels_the_job_of_a_submit_cut_off_before_its_record(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        store = HangingSaves(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
-        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
-        upstream = SlowCancels()
-        config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
-        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
-        await runner.start()
-        now = time.time()
-        task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
-        await store.create(task, runner.submit_lease(task.id))
-        runner.enqueue_created(task, time.monotonic())
-        async with asyncio.timeout(5):
-            while "save" not in store.calls:
-                await asyncio.sleep(0.001)
-        await runner.aclose(drain_seconds=0.1)  # the record never comes: cut off after the drain
-        assert upstream.submitted == [task.arguments]
-        assert upstream.cancelled == ["https://queue.fal.run/pika/requests/1/cancel"]  # before aclose returned
         await store.aclose()
 
     asyncio.run(scenario())
