@@ -28,10 +28,12 @@ class InFlightLimit:
             metrics.REQUESTS_SHED.inc()
             return False
         self.count += 1
+        metrics.HTTP_IN_FLIGHT.inc()  # the autoscaling signal: the permits held, REST and gRPC
         return True
 
     def release(self) -> None:
         self.count -= 1
+        metrics.HTTP_IN_FLIGHT.dec()
 
     def overloaded(self) -> OverloadedError:
         return OverloadedError(f"server busy: {self.maximum} requests in flight; retry shortly")

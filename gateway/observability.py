@@ -13,7 +13,6 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import metrics
-from gateway.auth import PUBLIC_PATHS
 
 REQUEST_ID_HEADER = "x-request-id"
 request_id: ContextVar[str] = ContextVar("request_id", default="-")
@@ -51,7 +50,7 @@ def configure_logging(level: str) -> None:
 
 
 class RequestContextMiddleware:
-    """Request id (kept from the client when well-formed), in-flight gauge, latency by route, access log.
+    """Request id (kept from the client when well-formed), latency by route, access log.
 
     Server spans come from FastAPI's own OpenTelemetry support (see `create_app`)."""
 
@@ -66,7 +65,6 @@ class RequestContextMiddleware:
         rid = headers.get(REQUEST_ID_HEADER, "")
         rid = rid if _VALID_REQUEST_ID.match(rid) else uuid.uuid4().hex
         token = request_id.set(rid)
-        counted = scope["path"] not in PUBLIC_PATHS
         status = 500
         started = time.perf_counter()
 
@@ -77,13 +75,9 @@ class RequestContextMiddleware:
                 message["headers"] = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), rid.encode())]
             await send(message)
 
-        if counted:
-            metrics.HTTP_IN_FLIGHT.inc()
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            if counted:
-                metrics.HTTP_IN_FLIGHT.dec()
             elapsed = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", "unmatched")
             metrics.HTTP_LATENCY.labels(method=scope["method"], route=route, status=str(status)).observe(elapsed)

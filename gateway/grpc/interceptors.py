@@ -20,7 +20,7 @@ import grpc
 from gateway.auth import ApiKeyVerifier
 from gateway.errors import GatewayError, UpstreamTimeoutError
 from gateway.limits import InFlightLimit
-from gateway.metrics import GRPC_LATENCY, HTTP_IN_FLIGHT
+from gateway.metrics import GRPC_LATENCY
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +138,6 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
                 if not self._in_flight.acquire():
                     raise self._in_flight.overloaded()
                 admitted = True
-                HTTP_IN_FLIGHT.inc()
             yield
         except grpc.aio.AbortError:  # the handler chose its status itself
             _observe(method, context.code() or grpc.StatusCode.UNKNOWN, started)
@@ -155,7 +154,6 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         finally:
             if admitted and self._in_flight is not None:
                 self._in_flight.release()
-                HTTP_IN_FLIGHT.dec()
 
 
 def _status_of(exc: Exception, method: str) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
