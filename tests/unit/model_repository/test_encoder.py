@@ -112,7 +112,7 @@ def test_encode_by_length_pads_each_chunk_to_its_own_longest_and_keeps_request_o
     assert encoder.encode_by_length(run, [], []) == []
 
 
-def test_balance_splits_chunks_larger_than_a_workers_share() -> None:
+def test_balance_splits_chunks_larger_than_their_share() -> None:
     lengths = np.array([10] * 8 + [40, 40])
     chunks = [np.arange(8), np.array([8, 9])]  # costs 80 and 80: each is half of the whole
     assert [c.tolist() for c in encoder.balance(chunks, lengths, 2)] == [list(range(8)), [8, 9]]
@@ -144,3 +144,20 @@ def test_encode_by_length_runs_chunks_side_by_side_with_the_same_result() -> Non
         parallel = encoder.encode_by_length(run, ids, masks, 1.15, executor, 2)
     assert [p.tolist() for p in parallel] == [p.tolist() for p in sequential]
     assert [p[:, 0].tolist() for p in parallel] == [m.sum(axis=1).tolist() for m in masks]
+
+
+def test_encode_by_length_gives_each_worker_several_pieces() -> None:
+    """Twelve rows of one length are one chunk; two workers get it in pieces of at most 1/6 of it each,
+    taken from one queue, so a preempted run does not hold up the whole batch."""
+    mask = np.ones((12, 20), dtype=np.int64)
+    sizes: list[int] = []
+
+    def run(batch_ids: np.ndarray, batch_mask: np.ndarray) -> np.ndarray:
+        sizes.append(batch_ids.shape[0])
+        return batch_ids[:, :1].astype(np.float32)
+
+    ids = np.arange(12 * 20, dtype=np.int64).reshape(12, 20)
+    with ThreadPoolExecutor(2) as executor:
+        (parallel,) = encoder.encode_by_length(run, [ids], [mask], 1.15, executor, 2)
+    assert len(sizes) >= 2 * encoder.PIECES_PER_WORKER and max(sizes) <= 12 // (2 * encoder.PIECES_PER_WORKER)
+    assert sum(sizes) == 12 and parallel[:, 0].tolist() == ids[:, 0].tolist()
