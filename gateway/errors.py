@@ -8,6 +8,7 @@
     ├── ConflictError                 409 conflict_error (e.g. an Idempotency-Key reused for another request)
     ├── PayloadTooLargeError          413 invalid_request_error
     ├── OverloadedError               429 rate_limit_error (+ Retry-After)
+    ├── ClientClosedRequestError      499 client_closed_request (nobody reads it: for logs and metrics)
     ├── UpstreamError                 502 upstream_error
     │   ├── UpstreamUnavailableError  503 service_unavailable
     │   └── UpstreamTimeoutError      504 timeout
@@ -82,6 +83,13 @@ class OverloadedError(GatewayError):
 
     def __init__(self, message: str, *, retry_after: int = 1) -> None:
         super().__init__(message, headers={"Retry-After": str(retry_after)})
+
+
+class ClientClosedRequestError(GatewayError):
+    """The client disconnected before its answer was ready, and the work was cancelled (nginx's 499)."""
+
+    status_code = 499
+    type = "client_closed_request"
 
 
 class UpstreamError(GatewayError):

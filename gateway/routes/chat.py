@@ -6,6 +6,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway import sse
+from gateway.disconnect import unless_disconnected
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.routes.embeddings import ERRORS
 from gateway.services.chat import CacheResult, ChatService
@@ -26,7 +27,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         events, result = await chat(request).stream(payload, use_cache=use_cache)
         headers = {**sse.HEADERS, **cache_headers(result)}
         return StreamingResponse(sse.encode_batches(events), media_type=sse.MEDIA_TYPE, headers=headers)
-    completion, result = await chat(request).complete(payload, use_cache=use_cache)
+    completion, result = await unless_disconnected(
+        request.receive, chat(request).complete(payload, use_cache=use_cache)
+    )
     return JSONResponse(completion, headers=cache_headers(result))
 
 
