@@ -28,7 +28,7 @@ from gateway.cache.semantic import (
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
 from gateway.grpc.server import create_grpc_server
-from gateway.limits import InFlightLimit, LimitsMiddleware
+from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
 from gateway.routes import callbacks, chat, embeddings, health, images
@@ -181,6 +181,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     """The gateway app. Tests may pass their own `embedder` (anything with the `Embedder` methods)."""
     verifier = ApiKeyVerifier(settings.auth.keys())
     in_flight = InFlightLimit(settings.limits.max_in_flight)  # REST and gRPC: one budget
+    watchers = watcher_limit(settings.limits.max_task_watchers)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -208,6 +209,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 chat=app.state.chat,
                 images=app.state.images,
                 in_flight=in_flight,
+                watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,
             )
             await grpc_server.start()
@@ -238,6 +240,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         LimitsMiddleware,
         max_body_bytes=settings.limits.max_body_bytes,
         in_flight=in_flight,
+        watchers=watchers,
         timeout_seconds=settings.limits.request_timeout_seconds,
     )
     app.add_middleware(RequestContextMiddleware)  # outermost: every answer gets a request id and is measured

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from prometheus_client import Gauge
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,13 +15,17 @@ from gateway.errors import GatewayError, OverloadedError, PayloadTooLargeError, 
 
 class InFlightLimit:
     """Permits for the requests and calls being served, one budget for the process whichever protocol
-    they come in on (the REST middleware and the gRPC interceptor share it)."""
+    they come in on (the REST middleware and the gRPC interceptor share it); `gauge` shows the permits held."""
 
-    def __init__(self, maximum: int) -> None:
+    def __init__(
+        self, maximum: int, *, gauge: Gauge = metrics.HTTP_IN_FLIGHT, held: str = "requests in flight"
+    ) -> None:
         if maximum <= 0:
             raise ValueError("the in-flight maximum must be positive")
         self.maximum = maximum
         self.count = 0
+        self._gauge = gauge
+        self._held = held
 
     def acquire(self) -> bool:
         """Take a permit, or count a shed request and return False when all are taken."""
@@ -28,15 +33,27 @@ class InFlightLimit:
             metrics.REQUESTS_SHED.inc()
             return False
         self.count += 1
-        metrics.HTTP_IN_FLIGHT.inc()  # the autoscaling signal: the permits held, REST and gRPC
+        self._gauge.inc()
         return True
 
     def release(self) -> None:
         self.count -= 1
-        metrics.HTTP_IN_FLIGHT.dec()
+        self._gauge.dec()
 
     def overloaded(self) -> OverloadedError:
-        return OverloadedError(f"server busy: {self.maximum} requests in flight; retry shortly")
+        return OverloadedError(f"server busy: {self.maximum} {self._held}; retry shortly")
+
+
+def watcher_limit(maximum: int) -> InFlightLimit:
+    """Permits for task watchers (`GET /v1/tasks/{id}/events`, gRPC `WatchTask`): they wait for minutes and
+    cost almost nothing meanwhile, so they have their own budget and gauge, apart from the requests in
+    flight that drive the autoscaler and the load shedding."""
+    return InFlightLimit(maximum, gauge=metrics.TASK_WATCHERS, held="task watchers")
+
+
+def is_task_watch(path: str) -> bool:
+    """`GET /v1/tasks/{id}/events`, a task's event stream."""
+    return path.startswith("/v1/tasks/") and path.endswith("/events")
 
 
 class LimitsMiddleware:
@@ -44,17 +61,26 @@ class LimitsMiddleware:
 
     - a body above `max_body_bytes` gets 413 (by Content-Length before reading, or while reading);
     - above `max_in_flight` concurrent requests, 429 with Retry-After at once: queuing without
-      bound would only turn overload into timeouts for everyone;
+      bound would only turn overload into timeouts for everyone (task watchers have their own permits);
     - a request with no answer after `timeout_seconds` gets 504 and is cancelled (a started stream runs on).
     Health, readiness and metrics are exempt so probes keep answering under load.
     """
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, in_flight: InFlightLimit, timeout_seconds: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        in_flight: InFlightLimit,
+        watchers: InFlightLimit,
+        timeout_seconds: float,
+    ) -> None:
         if max_body_bytes <= 0 or timeout_seconds <= 0:
             raise ValueError("max_body_bytes and timeout_seconds must be positive")
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.in_flight = in_flight
+        self.watchers = watchers
         self.timeout_seconds = timeout_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -65,13 +91,14 @@ class LimitsMiddleware:
         if declared is not None and declared > self.max_body_bytes:
             await _answer(self._too_large(declared), scope, receive, send)
             return
-        if not self.in_flight.acquire():
-            await _answer(self.in_flight.overloaded(), scope, receive, send)
+        permits = self.watchers if is_task_watch(scope["path"]) else self.in_flight
+        if not permits.acquire():
+            await _answer(permits.overloaded(), scope, receive, send)
             return
         try:
             await self._run(scope, receive, send)
         finally:
-            self.in_flight.release()
+            permits.release()
 
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
         received = 0

@@ -27,7 +27,11 @@ GRPC_LATENCY = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 REQUESTS_SHED = Counter(
-    "gateway_requests_shed_total", "Requests refused with 429 because the in-flight limit was full."
+    "gateway_requests_shed_total",
+    "Requests refused with 429 because their in-flight limit (requests or watchers) was full.",
+)
+TASK_WATCHERS = Gauge(
+    "gateway_task_watchers", "Image task event streams open now (REST and gRPC); not in http_requests_in_flight."
 )
 
 CACHE_LOOKUPS = Counter(

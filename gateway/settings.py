@@ -78,6 +78,11 @@ class LimitSettings(BaseSettings):
         description="Requests and gRPC calls served at once (one budget). Above it, they are refused with 429 + "
         "Retry-After (gRPC: RESOURCE_EXHAUSTED) at once (load shedding) instead of queuing without bound.",
     )
+    max_task_watchers: int = Field(
+        1024,
+        description="Image task event streams open at once (REST and gRPC), apart from GATEWAY_MAX_IN_FLIGHT: a "
+        "watcher waits minutes at almost no cost. Above it, 429 + Retry-After; each holds a connection.",
+    )
 
 
 class CacheSettings(BaseSettings):

@@ -31,6 +31,7 @@ StreamBehavior = Callable[[Any, Any], Any]  # returns an async iterator, or a co
 EXEMPT_SERVICES = frozenset(
     {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection"}
 )
+WATCH_METHODS = frozenset({"/gateway.v1.Images/WatchTask"})  # permits from the watchers' budget
 
 # GatewayError.status_code (HTTP) -> gRPC status; anything else is INTERNAL.
 STATUS_BY_HTTP: Mapping[int, grpc.StatusCode] = {
@@ -71,10 +72,15 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
     """Wraps every handler's behaviour (all four call kinds) so errors raised while it runs are mapped."""
 
     def __init__(
-        self, verifier: ApiKeyVerifier, in_flight: InFlightLimit | None = None, timeout_seconds: float | None = None
+        self,
+        verifier: ApiKeyVerifier,
+        in_flight: InFlightLimit | None = None,
+        timeout_seconds: float | None = None,
+        watchers: InFlightLimit | None = None,
     ) -> None:
         self._verifier = verifier
         self._in_flight = in_flight
+        self._watchers = watchers
         self._timeout = timeout_seconds
 
     async def intercept_service(
@@ -131,12 +137,13 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         The latency is observed before the status goes out, so a client that has its answer finds the metric.
         """
         started = time.perf_counter()
+        permits = self._watchers if method in WATCH_METHODS else self._in_flight
         admitted = False
         try:
             self._verifier.verify(_authorization(context))
-            if self._in_flight is not None:
-                if not self._in_flight.acquire():
-                    raise self._in_flight.overloaded()
+            if permits is not None:
+                if not permits.acquire():
+                    raise permits.overloaded()
                 admitted = True
             yield
         except grpc.aio.AbortError:  # the handler chose its status itself
@@ -152,8 +159,8 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         else:
             _observe(method, grpc.StatusCode.OK, started)
         finally:
-            if admitted and self._in_flight is not None:
-                self._in_flight.release()
+            if admitted and permits is not None:
+                permits.release()
 
 
 def _status_of(exc: Exception, method: str) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:

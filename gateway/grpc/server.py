@@ -70,13 +70,14 @@ def create_grpc_server(
     chat: ChatBackend | None = None,
     images: ImageBackend | None = None,
     in_flight: InFlightLimit | None = None,
+    watchers: InFlightLimit | None = None,
     timeout_seconds: float | None = None,
 ) -> GrpcServer:
     """Call inside the running event loop that will serve it; then `await GrpcServer.start()`.
 
     Chat and Images are served only when their backend is given; health and reflection list what is served.
     """
-    server = grpc.aio.server(interceptors=[GatewayInterceptor(verifier, in_flight, timeout_seconds)])
+    server = grpc.aio.server(interceptors=[GatewayInterceptor(verifier, in_flight, timeout_seconds, watchers)])
     _add_embeddings(EmbeddingsServicer(backend), server)
     services = [EMBEDDINGS_SERVICE]
     if chat is not None:

@@ -22,7 +22,14 @@ from pydantic import SecretStr
 from gateway.app import callback_key
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.services.image_runner import callback_token
-from gateway.settings import AuthSettings, CacheSettings, ImageSettings, ServerSettings, TaskStoreSettings
+from gateway.settings import (
+    AuthSettings,
+    CacheSettings,
+    ImageSettings,
+    LimitSettings,
+    ServerSettings,
+    TaskStoreSettings,
+)
 from gateway.sim.pika import webhook_message
 from localtriton.ports import free_port
 from tests.integration.gateway.conftest import RunningGateway
@@ -41,6 +48,7 @@ def start_image_gateway(
     *,
     public: bool = True,
     tasks: dict[str, Any] | None = None,
+    limits: LimitSettings | None = None,
     **image_overrides: Any,
 ) -> RunningGateway:
     simulator.config.api_key = KEY
@@ -62,7 +70,10 @@ def start_image_gateway(
     store = {"scan_interval_seconds": 0.05, "lease_seconds": 5.0, **(tasks or {})}
     if "sqlite_path" not in store:
         store["sqlite_path"] = str(Path(tempfile.mkdtemp(prefix="image-tasks-")) / "tasks.sqlite3")
-    return factory(NO_TRITON, server=server, images=ImageSettings(**images), tasks=TaskStoreSettings(**store))
+    concerns: dict[str, Any] = {"limits": limits} if limits else {}
+    return factory(
+        NO_TRITON, server=server, images=ImageSettings(**images), tasks=TaskStoreSettings(**store), **concerns
+    )
 
 
 @pytest.fixture
@@ -362,6 +373,35 @@ def test_events_stream_every_state_and_end_with_done(
     assert len(statuses) == len(set(statuses))  # bookkeeping writes are not shown as changes
     missing = http.get(f"{image_gateway.base_url}/v1/tasks/task_nope/events")
     assert missing.status_code == 404
+
+
+def test_task_watchers_have_their_own_budget_apart_from_the_requests_in_flight(
+    pika_simulator: RunningPikaSimulator, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+) -> None:
+    pika_simulator.config.job_seconds = 10.0
+    limits = LimitSettings(max_in_flight=1, max_task_watchers=2)
+    gateway = start_image_gateway(gateway_factory, pika_simulator, limits=limits)
+    task_id = submit(http, gateway).json()["id"]
+    url = f"{gateway.base_url}/v1/tasks/{task_id}/events"
+    with (
+        httpx.Client(timeout=30) as one,
+        httpx.Client(timeout=30) as two,
+        one.stream("GET", url) as first,
+        two.stream("GET", url) as second,
+    ):
+        assert first.status_code == second.status_code == 200  # two watchers, with one request permit
+        third = http.get(url)
+        assert third.status_code == 429 and "2 task watchers" in third.json()["error"]["message"]
+        with grpc.insecure_channel(gateway.grpc_target) as channel, pytest.raises(grpc.RpcError) as refused:
+            list(gateway_pb2_grpc.ImagesStub(channel).WatchTask(gateway_pb2.TaskRequest(task_id=task_id), timeout=5))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert http.get(f"{gateway.base_url}/v1/tasks/{task_id}").status_code == 200  # the request permit is free
+        metrics = http.get(f"{gateway.base_url}/metrics").text
+        assert "gateway_task_watchers 2.0" in metrics and "http_requests_in_flight 0.0" in metrics
+    deadline = time.monotonic() + 10
+    while "gateway_task_watchers 0.0" not in http.get(f"{gateway.base_url}/metrics").text:
+        assert time.monotonic() < deadline, "closed event streams kept their permits"
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize(
