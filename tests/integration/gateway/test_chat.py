@@ -336,7 +336,7 @@ def test_grpc_chat_streams_the_same_chunks(
 
 
 @pytest.mark.parametrize(
-    ("matcher", "threshold", "question", "paraphrase", "different"),
+    ("matcher", "threshold", "question", "paraphrase", "different", "negated"),
     [
         (
             "simhash",
@@ -344,6 +344,7 @@ def test_grpc_chat_streams_the_same_chunks(
             "What is the capital of France?",
             "what is the capital of   france",
             "What is the capital of Spain?",
+            "What is not the capital of France?",  # SimHash 0.906 to the question
         ),
         (
             "embedding",
@@ -351,6 +352,7 @@ def test_grpc_chat_streams_the_same_chunks(
             "How do I reset my password?",
             "How can I reset my password?",
             "What is the weather like today?",
+            "How do I not reset my password?",  # cosine 0.93 to the question
         ),
     ],
 )
@@ -360,6 +362,7 @@ def test_semantic_cache_serves_paraphrases_only(
     question: str,
     paraphrase: str,
     different: str,
+    negated: str,
     hunyuan_simulator: RunningHunyuanSimulator,
     triton: TritonProcess,
     gateway_factory: Callable[..., RunningGateway],
@@ -383,6 +386,7 @@ def test_semantic_cache_serves_paraphrases_only(
     assert len(chunks) > 2 and chunks[-1] == "[DONE]"
     assert hunyuan_simulator.stats.requests_total == calls
     assert http.post(url, json=ask(different)).headers["x-cache"] == "miss"
+    assert http.post(url, json=ask(negated)).headers["x-cache"] == "miss"  # alike, and the opposite question
     earlier = {"role": "user", "content": "Another topic first."}, {"role": "assistant", "content": "Sure."}
     other_history = {**ask(paraphrase), "messages": [*earlier, {"role": "user", "content": paraphrase}]}
     assert http.post(url, json=other_history).headers["x-cache"] == "miss"
