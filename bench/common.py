@@ -191,6 +191,11 @@ def tree_cpu_seconds(pid: int) -> float:
     Triton runs as localtriton -> tritonserver -> one python-backend stub per model instance: the
     top process alone holds almost none of the work.
     """
+    return sum(tree_cpu_split(pid, lambda command: "").values())
+
+
+def tree_cpu_split(pid: int, label: Callable[[str], str]) -> dict[str, float]:
+    """`tree_cpu_seconds` by process, summed under `label(command line)` of each process of the tree."""
     parents: dict[int, list[tuple[int, list[str]]]] = {}
     own: list[str] | None = None
     for entry in Path("/proc").iterdir():
@@ -202,14 +207,23 @@ def tree_cpu_seconds(pid: int) -> float:
                 own = fields
             parents.setdefault(int(fields[1]), []).append((int(entry.name), fields))
     if own is None:
-        return 0.0
-    ticks = sum(int(value) for value in own[11:15])
+        return {}
+    ticks: dict[str, int] = {}
+
+    def add(process: int, fields: list[str]) -> None:
+        command = ""
+        with contextlib.suppress(OSError):
+            command = Path(f"/proc/{process}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        name = label(command)
+        ticks[name] = ticks.get(name, 0) + sum(int(value) for value in fields[11:15])
+
+    add(pid, own)
     stack = [pid]
     while stack:
         for child, fields in parents.get(stack.pop(), []):
-            ticks += sum(int(value) for value in fields[11:15])
+            add(child, fields)
             stack.append(child)
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return {name: count / os.sysconf("SC_CLK_TCK") for name, count in ticks.items()}
 
 
 def machine() -> dict[str, Any]:

@@ -53,10 +53,11 @@ from bench.common import (
     settle_heap,
     summarize,
     tree_cpu_seconds,
+    tree_cpu_split,
     venv_python,
 )
 from bench.stack import REPOSITORY, Endpoint, gateway, triton
-from bench.triton_stats import MODEL, TritonStats
+from bench.triton_stats import MODEL, TOKENIZER, TritonStats
 from bench.workload import texts as workload_texts
 from localtriton.ports import free_port
 
@@ -120,8 +121,18 @@ def machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def triton_part(command: str) -> str:
+    """The part of Triton a process of its tree is: the encoder's or the tokenizer's python-backend stub,
+    or the frontend (tritonserver: gRPC, ensemble scheduling, batching)."""
+    for part, model in (("encoder", MODEL), ("tokenizer", TOKENIZER)):
+        if f"/{model}/" in command:
+            return part
+    return "frontend"
+
+
 class CpuWindow:
-    """CPU used during one measurement by the system's servers, by the client and by everything else."""
+    """CPU used during one measurement by the system's servers (Triton's also by part, `triton_part`), by the
+    client and by everything else, and how much of the cores stayed idle."""
 
     def __init__(self, servers: dict[str, int]) -> None:
         self.servers = servers  # name -> pid of the servers doing the work
@@ -130,6 +141,7 @@ class CpuWindow:
     def __enter__(self) -> CpuWindow:
         settle_heap()  # its collection is the client's set-up, not part of the window
         self._servers = {name: tree_cpu_seconds(pid) for name, pid in self.servers.items()}
+        self._triton = self._triton_parts()
         self._client = process_cpu_seconds()
         self._busy = machine_busy_seconds()
         self._started = time.perf_counter()
@@ -141,9 +153,16 @@ class CpuWindow:
         client = process_cpu_seconds() - self._client
         used = {name: tree_cpu_seconds(pid) - self._servers[name] for name, pid in self.servers.items()}
         self.percent = {f"{name}_cpu_percent": 100 * seconds / elapsed for name, seconds in used.items()}
+        for part, seconds in self._triton_parts().items():
+            self.percent[f"triton_{part}_cpu_percent"] = 100 * (seconds - self._triton.get(part, 0.0)) / elapsed
         self.percent["server_cpu_percent"] = 100 * sum(used.values()) / elapsed
         # What the rest of the machine took meanwhile: other jobs compete for the same cores.
         self.percent["foreign_cpu_percent"] = max(0.0, 100 * (busy - client - sum(used.values())) / elapsed)
+        self.percent["idle_cpu_percent"] = max(0.0, 100 * (len(os.sched_getaffinity(0)) - busy / elapsed))
+
+    def _triton_parts(self) -> dict[str, float]:
+        pid = self.servers.get("triton")
+        return tree_cpu_split(pid, triton_part) if pid is not None else {}
 
 
 @dataclass
@@ -591,6 +610,39 @@ def evaluate_targets(
     return targets
 
 
+def cpu_budget(points: Sequence[Point], cores: int) -> str | None:
+    """Where the cores went at the ceiling target's setting, per text, and the throughput they bound: what
+    an encoder as lean as the in-process ceiling would reach with the rest of the stack's CPU as measured."""
+    by = {(point.system, point.x): point for point in points}
+    served, ceiling = by.get((GATEWAY_1, TARGET_CONCURRENCY)), by.get((ORT_INT8, 1))
+    if served is None or ceiling is None or served.throughput <= 0 or ceiling.throughput <= 0:
+        return None
+    if "triton_encoder_cpu_percent" not in served.extra:
+        return None
+
+    def per_text(percent: float, throughput: float) -> float:
+        return 10 * percent / throughput  # ms of CPU per text: percent / 100 * 1000 ms
+
+    rest = {
+        "gateway": served.extra.get("gateway_cpu_percent", 0.0),
+        "Triton frontend": served.extra.get("triton_frontend_cpu_percent", 0.0),
+        "tokenizer": served.extra.get("triton_tokenizer_cpu_percent", 0.0),
+        "load generator": served.extra.get("client_cpu_percent", 0.0),
+    }
+    rest_ms = sum(per_text(percent, served.throughput) for percent in rest.values())
+    ceiling_ms = per_text(ceiling.extra.get("client_cpu_percent", 0.0), ceiling.throughput)
+    bound = cores * 1000 / (ceiling_ms + rest_ms)
+    parts = ", ".join(f"{name} {per_text(percent, served.throughput):.2f}" for name, percent in rest.items())
+    return (
+        f"CPU per text, {GATEWAY_1} at concurrency {TARGET_CONCURRENCY}: encoder "
+        f"{per_text(served.extra['triton_encoder_cpu_percent'], served.throughput):.2f} ms (in-process ceiling "
+        f"{ceiling_ms:.2f} ms), the rest {rest_ms:.2f} ms ({parts}), cores idle "
+        f"{served.extra.get('idle_cpu_percent', float('nan')):.0f} %. With everything on these {cores} cores, an "
+        f"encoder as lean as the ceiling and no idle core would reach at most {bound:.0f} texts/s = "
+        f"{bound / ceiling.throughput:.2f} x the ceiling"
+    )
+
+
 def ratio_target(name: str, value: float | None, reference: float | None, factor: float, against: str) -> Target:
     goal = f">= {factor:g} x {against}, 1 text/request at concurrency {TARGET_CONCURRENCY}"
     if value is None or reference is None:
@@ -736,6 +788,8 @@ def build_result(
         f"merged concurrent requests), {MODEL} batch (texts per execution of the encoder), {MODEL} busy % (its "
         f"executions' time over the load's wall time), {MODEL} queue ms (mean wait of a request in its batcher)",
     ]
+    if budget := cpu_budget(points, len(os.sched_getaffinity(0))):
+        notes.append(budget)
     return PartResult(
         part=PART,
         x_label="concurrency",

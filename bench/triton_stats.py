@@ -17,6 +17,7 @@ from typing import Any
 
 ENSEMBLE = "bge"  # what the gateway and the Triton clients call
 MODEL = "bge_onnx"  # the encoder behind it, where the dynamic batches form
+TOKENIZER = "bge_tokenizer"  # the ensemble's first step
 MODELS = (ENSEMBLE, MODEL)
 PHASES = ("compute_input", "compute_infer", "compute_output")
 SETTLE_READS = 20  # snapshots after a load, until two agree

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.common import Point, closed_loop, tree_cpu_seconds
+from bench.common import Point, closed_loop, tree_cpu_seconds, tree_cpu_split
 from bench.embeddings import (
     CACHED_1,
     GATEWAY_1,
@@ -23,12 +23,14 @@ from bench.embeddings import (
     TRITON_32,
     EmbeddingsError,
     batches,
+    cpu_budget,
     evaluate_targets,
     measure,
     openai_request,
     ratio_target,
     run,
     table_rows,
+    triton_part,
 )
 from bench.workload import MAX_WORDS, MIN_WORDS, samples, texts
 
@@ -118,6 +120,34 @@ def test_failed_requests_are_counted_and_the_first_cause_is_logged(caplog: pytes
 def test_tree_cpu_seconds_reads_this_process_and_ignores_a_missing_one() -> None:
     assert tree_cpu_seconds(os.getpid()) > 0
     assert tree_cpu_seconds(2**22 + 12345) == 0.0
+
+
+def test_tree_cpu_split_labels_each_process_by_its_command_line() -> None:
+    split = tree_cpu_split(os.getpid(), lambda command: "pytest" if "pytest" in command else "other")
+    assert set(split) == {"pytest"} and split["pytest"] == pytest.approx(tree_cpu_seconds(os.getpid()), abs=0.05)
+    assert tree_cpu_split(2**22 + 12345, lambda command: command) == {}
+    stub = "/x/triton_python_backend_stub /repo/bge_onnx/1/model.py triton_python_backend_shm_region_1"
+    assert triton_part(stub) == "encoder" and triton_part(stub.replace("bge_onnx", "bge_tokenizer")) == "tokenizer"
+    assert triton_part("/x/tritonserver --model-repository /repo") == "frontend"
+
+
+def test_cpu_budget_bounds_the_served_rate_by_the_ceiling_and_the_rest_of_the_stack() -> None:
+    ceiling = point(ORT_INT8, 1, 500)
+    ceiling.extra = {"client_cpu_percent": 200.0}  # 4 ms of CPU per text
+    served = point(GATEWAY_1, 32, 400)
+    served.extra = {
+        "triton_encoder_cpu_percent": 160.0,  # 4 ms per text, as lean as the ceiling
+        "gateway_cpu_percent": 12.0,  # these four: 0.3 + 0.1 + 0.1 + 0.1 ms per text
+        "triton_frontend_cpu_percent": 4.0,
+        "triton_tokenizer_cpu_percent": 4.0,
+        "client_cpu_percent": 4.0,
+        "idle_cpu_percent": 16.0,
+    }
+    note = cpu_budget([ceiling, served], cores=2)
+    assert note is not None
+    assert "encoder 4.00 ms (in-process ceiling 4.00 ms), the rest 0.60 ms (gateway 0.30," in note
+    assert "cores idle 16 %" in note and "at most 435 texts/s = 0.87 x the ceiling" in note  # 2000 ms / 4.6 ms
+    assert cpu_budget([ceiling], cores=2) is None
 
 
 def test_batches_keep_order_and_the_remainder() -> None:
