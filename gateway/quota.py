@@ -17,6 +17,9 @@ The three limits, all checked and taken together or not at all (times in integer
 - tokens: a bucket of `tokens_per_minute` refilled continuously; the estimate is taken on entry and the
   difference to `Slot.settle()` is given back or charged when the block exits (the balance may go negative).
 
+A call that tries the upstream again inside its slot (a retry after a 429 or a 5xx) is one more arrival
+there: `Slot.pace()` waits for the rate alone before it (the slot and the tokens are already held).
+
 Waiting: callers of one process queue FIFO and only the head asks the limiter, so N waiters cost one Redis
 call per wait, not N. The head sleeps exactly the wait the algorithm returns (rate, tokens); a full
 concurrency limit is rechecked when this process frees a slot or after `poll_seconds` (another replica's).
@@ -30,7 +33,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import dataclass
 from types import TracebackType
@@ -78,19 +81,32 @@ class QuotaConfig:
 class Slot:
     """One admitted call, yielded by `async with limiter.slot(estimate) as slot:`."""
 
-    def __init__(self, estimated_tokens: int, reserved_tokens: int, grant: _Grant, waited_seconds: float) -> None:
+    def __init__(
+        self,
+        estimated_tokens: int,
+        reserved_tokens: int,
+        grant: _Grant,
+        waited_seconds: float,
+        pace: Callable[[], Awaitable[None]],
+    ) -> None:
         self.estimated_tokens = estimated_tokens
         self.reserved_tokens = reserved_tokens  # the estimate, capped at one minute's budget
         self.admitted_at = grant.admitted_at  # seconds on the admitting clock: Redis TIME, else local monotonic
         self.shared = grant.lease is not None  # False: admitted in process (local limiter or Redis fallback)
         self.waited_seconds = waited_seconds
         self.actual_tokens: int | None = None
+        self._pace = pace
 
     def settle(self, actual_tokens: int) -> None:
         """Report the real usage; the difference to the reservation is given back or charged on exit."""
         if actual_tokens < 0:
             raise ValueError(f"actual_tokens must be >= 0, got {actual_tokens}")
         self.actual_tokens = actual_tokens
+
+    async def pace(self) -> None:
+        """Before another attempt at the upstream inside this slot: wait for the rate alone (the slot and the
+        tokens are held already); `OverloadedError` when that is more than `max_wait_seconds` away."""
+        await self._pace()
 
     @property
     def token_correction(self) -> int:
@@ -143,6 +159,14 @@ class _LocalQuota:
         self._tat = now + self.config.interval_us
         self._held += 1
         self._level, self._level_at = level - reserved, now
+        return _Grant(admitted_at=now / 1e6)
+
+    def try_pace(self) -> _Grant | _Denial:
+        """The rate alone, for another attempt of a call that holds its slot and tokens."""
+        now = _monotonic_us()
+        if self._tat > now:
+            return _Denial("rate", (self._tat - now) / 1e6)
+        self._tat = now + self.config.interval_us
         return _Grant(admitted_at=now / 1e6)
 
     def give_back(self, token_correction: int) -> None:
@@ -199,7 +223,7 @@ class _WaitingLimiter:
         reserved = self._reservation(estimated_tokens)
         started = time.monotonic()
         grant = await self._admit(reserved, started + self.config.max_wait_seconds)
-        slot = Slot(estimated_tokens, reserved, grant, time.monotonic() - started)
+        slot = Slot(estimated_tokens, reserved, grant, time.monotonic() - started, self._pace)
         metrics.QUOTA_WAIT.labels(limiter=self.name).observe(slot.waited_seconds)
         try:
             yield slot
@@ -212,8 +236,20 @@ class _WaitingLimiter:
     async def _attempt(self, reserved: int) -> _Grant | _Denial:
         raise NotImplementedError
 
+    async def _attempt_pace(self) -> _Grant | _Denial:
+        raise NotImplementedError
+
     async def _release(self, grant: _Grant, token_correction: int) -> None:
         raise NotImplementedError
+
+    async def _pace(self) -> None:
+        """Wait for the rate alone (`Slot.pace`). Not through the FIFO queue: its head may be waiting for the
+        very slot this caller holds."""
+        deadline = time.monotonic() + self.config.max_wait_seconds
+        while not isinstance(verdict := await self._attempt_pace(), _Grant):
+            if verdict.wait_seconds > deadline - time.monotonic():
+                raise self._refusal(verdict)
+            await asyncio.sleep(verdict.wait_seconds)
 
     def _reservation(self, estimated_tokens: int) -> int:
         if estimated_tokens < 0:
@@ -271,6 +307,9 @@ class LocalQuotaLimiter(_WaitingLimiter):
     async def _attempt(self, reserved: int) -> _Grant | _Denial:
         return self._quota.try_take(reserved)
 
+    async def _attempt_pace(self) -> _Grant | _Denial:
+        return self._quota.try_pace()
+
     async def _release(self, grant: _Grant, token_correction: int) -> None:
         self._quota.give_back(token_correction)
         self._wakeup.notify()
@@ -301,6 +340,7 @@ class RedisQuotaLimiter(_WaitingLimiter):
         self._client = redis_client(url, timeout_seconds)
         self._acquire = self._client.register_script(_ACQUIRE_LUA)
         self._release_script = self._client.register_script(_RELEASE_LUA)
+        self._pace_script = self._client.register_script(_PACE_LUA)
         self._renew = self._client.register_script(_RENEW_LUA)
         self._fallback = _LocalQuota(self.config)
         self._backoff_seconds = backoff_seconds
@@ -338,6 +378,19 @@ class RedisQuotaLimiter(_WaitingLimiter):
             return self._granted_alone(reserved)
         self._recovered()
         return self._verdict(reply, lease, reserved)
+
+    async def _attempt_pace(self) -> _Grant | _Denial:
+        if time.monotonic() < self._retry_at:
+            return self._fallback.try_pace()
+        try:
+            reply = await self._pace_script(keys=[self._rate_key], args=[self.config.interval_us])
+        except REDIS_FAILURES as exc:
+            self._fall_back(exc)
+            return self._fallback.try_pace()
+        self._recovered()
+        if int(reply[0]) == 1:
+            return _Grant(admitted_at=int(reply[1]) / 1e6)
+        return _Denial("rate", int(reply[1]) / 1e6)
 
     async def _release(self, grant: _Grant, token_correction: int) -> None:
         if grant.lease is None:
@@ -496,6 +549,20 @@ if (held == 1 or ARGV[4] == '0') and capacity > 0 and correction ~= 0
   bucket_store(KEYS[2], capacity, math.min(capacity, bucket_level(KEYS[2], capacity, now) - correction), now)
 end
 return held
+"""
+)
+
+# KEYS: rate. ARGV: interval_us. The rate alone, for another attempt inside a held slot (`Slot.pace`).
+# Returns {1, now} when admitted, else {0, wait_us}.
+_PACE_LUA = (
+    _LUA_COMMON
+    + """
+local now = now_us()
+local wait = tonumber(redis.call('GET', KEYS[1]) or '0') - now
+if wait > 0 then return {0, wait} end
+local interval = tonumber(ARGV[1])
+redis.call('SET', KEYS[1], string.format('%d', now + interval), 'PX', math.ceil(interval / 1000) + 1000)
+return {1, now}
 """
 )
 

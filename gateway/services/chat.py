@@ -40,6 +40,10 @@ class CacheResult:
 class QuotaSlot(Protocol):
     def settle(self, actual_tokens: int) -> None: ...
 
+    async def pace(self) -> None:
+        """Wait for the quota's rate before another attempt at the upstream inside this slot."""
+        ...
+
 
 class Quota(Protocol):
     """The upstream account's quota (`gateway.quota`): a slot per upstream call."""
@@ -195,9 +199,10 @@ class ChatService:
                 slot = await attempt.enter_async_context(self._quota.slot(estimate_tokens(body)))
                 upstream_body = {**body, "model": model}
                 if stream:
-                    result: Any = await attempt.enter_async_context(self._llm.stream(upstream_body))
+                    opened = self._llm.stream(upstream_body, before_retry=slot.pace)
+                    result: Any = await attempt.enter_async_context(opened)
                 else:
-                    result = await self._llm.complete(upstream_body)
+                    result = await self._llm.complete(upstream_body, before_retry=slot.pace)
             except UpstreamError as exc:
                 _nothing_billed(slot, exc)
                 await attempt.aclose()

@@ -5,8 +5,8 @@ concurrency 32 put half of its CPU in httpx/httpcore (an expiry check of every p
 each request, anyio locks); aiohttp's C parser and connector cost a fraction of that per call.
 
 Retries with exponential back-off and jitter happen only before the first byte
-of an answer (connection errors, 429, 5xx; `Retry-After` honoured): after it,
-the client already has data and a retry would duplicate it.
+of an answer (connection errors, 429, 5xx; `Retry-After` honoured, then `before_retry`, the quota's
+pacing): after it, the client already has data and a retry would duplicate it.
 `aiohttp.ClientError` never leaves this module.
 """
 
@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import json
 import random
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,6 +38,7 @@ from gateway.upstreams.pool import PooledSession
 
 tracer = trace.get_tracer(__name__)
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+BeforeRetry = Callable[[], Awaitable[None]]  # e.g. the quota's `Slot.pace`: a retry is one more arrival upstream
 _jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
 DRAIN_SECONDS = 1.0  # how long the end of a body may take after [DONE] before its connection is dropped
 
@@ -97,9 +98,10 @@ class LLMClient:
     async def aclose(self) -> None:
         await self._pool.aclose()
 
-    async def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        """A non-streaming completion (the body is passed through as it is)."""
-        async with self._response({**body, "stream": False}) as response:
+    async def complete(self, body: dict[str, Any], *, before_retry: BeforeRetry | None = None) -> dict[str, Any]:
+        """A non-streaming completion (the body is passed through as it is); `before_retry` is awaited after
+        the back-off, before each retry."""
+        async with self._response({**body, "stream": False}, before_retry) as response:
             try:
                 payload = json.loads(await response.read())
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
@@ -109,16 +111,20 @@ class LLMClient:
         return payload
 
     @asynccontextmanager
-    async def stream(self, body: dict[str, Any]) -> AsyncIterator[AsyncGenerator[str, None]]:
+    async def stream(
+        self, body: dict[str, Any], *, before_retry: BeforeRetry | None = None
+    ) -> AsyncIterator[AsyncGenerator[str, None]]:
         """Open a streamed completion; yields the `data:` payloads (JSON text) as they arrive, without [DONE].
 
         Leaving the block closes the upstream response, so a client that goes away cancels the upstream call.
         """
-        async with self._response({**body, "stream": True}) as response:
+        async with self._response({**body, "stream": True}, before_retry) as response:
             yield _events(response)
 
     @asynccontextmanager
-    async def _response(self, body: dict[str, Any]) -> AsyncIterator[aiohttp.ClientResponse]:
+    async def _response(
+        self, body: dict[str, Any], before_retry: BeforeRetry | None
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
         """The first successful response; failures before it are retried when retrying can help."""
         if self._settings.api_key is None:
             raise LLMNotConfiguredError("chat is not configured: set HUNYUAN_API_KEY")
@@ -140,6 +146,8 @@ class LLMClient:
                     if attempt == attempts - 1:
                         raise retryable.error from retryable
                     await asyncio.sleep(self._backoff(attempt, retryable.retry_after))
+                    if before_retry is not None:
+                        await before_retry()
                     continue
                 metrics.LLM_CALLS.labels(model=str(body.get("model", ""))).inc()
                 try:

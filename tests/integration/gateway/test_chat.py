@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -179,13 +180,23 @@ def test_slow_silent_and_unreachable_upstreams_fail_in_the_error_shape(
     assert KEY not in slow.text + down.text
 
 
-def test_429_and_5xx_before_the_first_byte_are_retried(
-    chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+def test_429_and_5xx_before_the_first_byte_are_retried_at_the_quotas_rate(
+    hunyuan_simulator: RunningHunyuanSimulator,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
 ) -> None:
-    hunyuan_simulator.config.fail_next = [429, 503]
-    response = http.post(f"{chat_gateway.base_url}/v1/chat/completions", json=ask("retry me"))
+    from gateway.settings import QuotaSettings
+
+    quota = QuotaSettings(requests_per_second=5, rate_margin_seconds=0)  # arrivals 200 ms apart
+    gateway = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), quota=quota)
+    hunyuan_simulator.config.fail_next = [429, 500]  # the 429 says Retry-After: 1, the 500 nothing (10-20 ms)
+    response = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("retry me"))
     assert response.status_code == 200
     assert hunyuan_simulator.stats.requests_total == 3
+    arrivals = hunyuan_simulator.stats.arrival_times
+    assert arrivals[1] - arrivals[0] >= 1.0
+    assert min(later - earlier for earlier, later in itertools.pairwise(arrivals)) >= 0.19  # each retry paced
 
 
 def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(

@@ -143,6 +143,25 @@ def test_admissions_are_spaced_on_redis_time(redis_url: str) -> None:
     assert min(b - a for a, b in itertools.pairwise(admitted)) > 20_000
 
 
+def test_a_retry_is_paced_by_the_rate_all_replicas_share(redis_url: str) -> None:
+    fields = {"requests_per_second": 10, "max_concurrent": 10, "rate_margin_seconds": 0, "max_wait_seconds": 2}
+
+    async def scenario() -> float:
+        async with (
+            make_limiter(redis_url, **fields) as one,
+            make_limiter(redis_url, **fields) as other,
+            other.slot() as slot,
+        ):
+            await asyncio.sleep(0.15)  # past the next admission time its own call set
+            async with one.slot():  # another replica's call sets it again, 100 ms ahead
+                pass
+            started = time.monotonic()
+            await slot.pace()  # this replica's retry: one more arrival, after the other replica's call
+            return time.monotonic() - started
+
+    assert run(scenario()) >= 0.09
+
+
 def test_no_slot_within_the_wait_raises_overloaded_and_takes_nothing(redis_url: str, redis_server: RedisServer) -> None:
     async def scenario() -> tuple[OverloadedError, float, int, float]:
         async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.2) as limiter:

@@ -262,3 +262,44 @@ def test_build_limiter_without_redis_is_local() -> None:
     assert isinstance(limiter, LocalQuotaLimiter)
     assert limiter.name == "hunyuan"
     run(limiter.aclose())
+
+
+def test_pace_spaces_further_attempts_of_a_held_slot_by_the_rate_and_refuses_past_the_wait() -> None:
+    config = QuotaConfig(requests_per_second=20, max_concurrent=1, max_wait_seconds=0.5, rate_margin_seconds=0)
+
+    async def scenario() -> list[float]:
+        limiter = LocalQuotaLimiter(config, name="test")
+        async with limiter.slot() as slot:
+            times = [slot.admitted_at]
+            for _ in range(3):
+                await slot.pace()  # a retry inside the slot: one more arrival at the upstream
+                times.append(time.monotonic())
+        return times
+
+    times = run(scenario())
+    assert min(later - earlier for earlier, later in itertools.pairwise(times)) >= config.interval_us / 1e6 - 0.002
+
+    async def too_far() -> None:
+        limiter = LocalQuotaLimiter(QuotaConfig(requests_per_second=1, max_wait_seconds=0.1), name="test")
+        async with limiter.slot() as slot:
+            await slot.pace()  # the next arrival is 1 s away, more than the 0.1 s a caller may wait
+
+    with pytest.raises(OverloadedError, match="requests/s in use"):
+        run(too_far())
+
+
+def test_pace_does_not_queue_behind_a_caller_waiting_for_the_slot_it_holds() -> None:
+    config = QuotaConfig(requests_per_second=1000, max_concurrent=1, max_wait_seconds=2)
+
+    async def scenario() -> tuple[float, float]:
+        limiter = LocalQuotaLimiter(config, name="test")
+        async with limiter.slot() as slot:
+            waiter = asyncio.create_task(admitted_at(limiter))  # heads the queue, waiting for this slot
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            await slot.pace()
+            paced = time.monotonic() - started
+        return paced, await waiter
+
+    paced, _ = run(scenario())
+    assert paced < 0.1  # not the waiter's 2 s
