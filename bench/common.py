@@ -191,11 +191,12 @@ def tree_cpu_seconds(pid: int) -> float:
     Triton runs as localtriton -> tritonserver -> one python-backend stub per model instance: the
     top process alone holds almost none of the work.
     """
-    return sum(tree_cpu_split(pid, lambda command: "").values())
+    return sum(tree_cpu_split(pid).values())
 
 
-def tree_cpu_split(pid: int, label: Callable[[str], str]) -> dict[str, float]:
-    """`tree_cpu_seconds` by process, summed under `label(command line)` of each process of the tree."""
+def tree_cpu_split(pid: int, label: Callable[[str], str] | None = None) -> dict[str, float]:
+    """`tree_cpu_seconds` by process, summed under `label(command line)` of each process of the tree
+    (without `label`, all under "")."""
     parents: dict[int, list[tuple[int, list[str]]]] = {}
     own: list[str] | None = None
     for entry in Path("/proc").iterdir():
@@ -211,10 +212,12 @@ def tree_cpu_split(pid: int, label: Callable[[str], str]) -> dict[str, float]:
     ticks: dict[str, int] = {}
 
     def add(process: int, fields: list[str]) -> None:
-        command = ""
-        with contextlib.suppress(OSError):
-            command = Path(f"/proc/{process}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        name = label(command)
+        name = ""
+        if label is not None:
+            command = ""  # a process that has just ended
+            with contextlib.suppress(OSError):
+                command = Path(f"/proc/{process}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            name = label(command)
         ticks[name] = ticks.get(name, 0) + sum(int(value) for value in fields[11:15])
 
     add(pid, own)

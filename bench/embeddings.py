@@ -52,7 +52,6 @@ from bench.common import (
     process_cpu_seconds,
     settle_heap,
     summarize,
-    tree_cpu_seconds,
     tree_cpu_split,
     venv_python,
 )
@@ -140,8 +139,7 @@ class CpuWindow:
 
     def __enter__(self) -> CpuWindow:
         settle_heap()  # its collection is the client's set-up, not part of the window
-        self._servers = {name: tree_cpu_seconds(pid) for name, pid in self.servers.items()}
-        self._triton = self._triton_parts()
+        self._servers = self._read_servers()
         self._client = process_cpu_seconds()
         self._busy = machine_busy_seconds()
         self._started = time.perf_counter()
@@ -151,18 +149,21 @@ class CpuWindow:
         elapsed = max(time.perf_counter() - self._started, 1e-9)
         busy = machine_busy_seconds() - self._busy
         client = process_cpu_seconds() - self._client
-        used = {name: tree_cpu_seconds(pid) - self._servers[name] for name, pid in self.servers.items()}
+        before, after = self._servers, self._read_servers()
+        used = {name: sum(after[name].values()) - sum(before[name].values()) for name in self.servers}
         self.percent = {f"{name}_cpu_percent": 100 * seconds / elapsed for name, seconds in used.items()}
-        for part, seconds in self._triton_parts().items():
-            self.percent[f"triton_{part}_cpu_percent"] = 100 * (seconds - self._triton.get(part, 0.0)) / elapsed
+        for part, seconds in after.get("triton", {}).items():
+            self.percent[f"triton_{part}_cpu_percent"] = 100 * (seconds - before["triton"].get(part, 0.0)) / elapsed
         self.percent["server_cpu_percent"] = 100 * sum(used.values()) / elapsed
         # What the rest of the machine took meanwhile: other jobs compete for the same cores.
         self.percent["foreign_cpu_percent"] = max(0.0, 100 * (busy - client - sum(used.values())) / elapsed)
         self.percent["idle_cpu_percent"] = max(0.0, 100 * (len(os.sched_getaffinity(0)) - busy / elapsed))
 
-    def _triton_parts(self) -> dict[str, float]:
-        pid = self.servers.get("triton")
-        return tree_cpu_split(pid, triton_part) if pid is not None else {}
+    def _read_servers(self) -> dict[str, dict[str, float]]:
+        """Each server's CPU seconds so far: Triton's by part, the others' as one."""
+        return {
+            name: tree_cpu_split(pid, triton_part if name == "triton" else None) for name, pid in self.servers.items()
+        }
 
 
 @dataclass
