@@ -348,6 +348,7 @@ class RedisQuotaLimiter(_WaitingLimiter):
         self._degraded = False
         self._renewals: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._retries: set[asyncio.Task[None]] = set()  # give-backs Redis failed, tried again after the back-off
 
     def __repr__(self) -> str:
         return f"RedisQuotaLimiter(name={self.name!r}, config={self.config!r})"  # no URL: it may hold a password
@@ -358,9 +359,9 @@ class RedisQuotaLimiter(_WaitingLimiter):
         return self._degraded
 
     async def aclose(self) -> None:
-        for renewal in self._renewals.values():
-            renewal.cancel()
-        await asyncio.gather(*self._renewals.values(), *self._tasks, return_exceptions=True)
+        for task in (*self._renewals.values(), *self._retries):
+            task.cancel()
+        await asyncio.gather(*self._renewals.values(), *self._retries, *self._tasks, return_exceptions=True)
         await self._client.aclose()
 
     async def _attempt(self, reserved: int) -> _Grant | _Denial:
@@ -422,12 +423,30 @@ class RedisQuotaLimiter(_WaitingLimiter):
         self._background(self._give_back(lease, -reserved, only_if_held=True))
 
     async def _give_back(self, lease: str, token_correction: int, *, only_if_held: bool) -> None:
+        """Free the lease's slot and correct its tokens. When Redis fails, it is tried again after each
+        back-off in the background (a blip must not hold the slot until the lease runs out); the caller
+        does not wait for those tries, and the settled mark keeps the correction to one."""
+        if not await self._give_back_once(lease, token_correction, only_if_held):
+            retry = asyncio.ensure_future(self._give_back_later(lease, token_correction, only_if_held))
+            self._retries.add(retry)
+            retry.add_done_callback(self._retries.discard)
+
+    async def _give_back_later(self, lease: str, token_correction: int, only_if_held: bool) -> None:
+        give_up_at = time.monotonic() + self.config.lease_seconds  # by then the lease has freed the slot
+        while time.monotonic() + self._backoff_seconds < give_up_at:
+            await asyncio.sleep(self._backoff_seconds)
+            if await self._give_back_once(lease, token_correction, only_if_held):
+                return
+
+    async def _give_back_once(self, lease: str, token_correction: int, only_if_held: bool) -> bool:
         args: list[str | int] = [lease, self.config.tokens_per_minute or 0, token_correction, int(only_if_held)]
         try:
             keys = [self._slots_key, self._tokens_key, f"{self._tokens_key}:settled:{lease}"]
             await self._release_script(keys=keys, args=args)
+            return True
         except REDIS_FAILURES as exc:
             self._fall_back(exc)
+            return False
         finally:
             self._wakeup.notify()
 

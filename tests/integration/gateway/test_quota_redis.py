@@ -68,6 +68,37 @@ def held(server: RedisServer) -> int:
     return int(server.command("ZCARD", SLOTS).lstrip(b":"))
 
 
+class SwallowingProxy:
+    """A TCP proxy in front of redis-server that can swallow what clients send: a network blip in which a
+    command is lost and its reply never comes."""
+
+    def __init__(self, server: RedisServer) -> None:
+        self.server = server
+        self.swallowing = False
+
+    async def __aenter__(self) -> SwallowingProxy:
+        self._listener = await asyncio.start_server(self._connect, "127.0.0.1", 0)
+        self.url = f"redis://127.0.0.1:{self._listener.sockets[0].getsockname()[1]}/0"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._listener.close()
+
+    async def _connect(self, client: asyncio.StreamReader, to_client: asyncio.StreamWriter) -> None:
+        upstream, to_upstream = await asyncio.open_connection("127.0.0.1", self.server.port)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, swallowable: bool) -> None:
+            try:
+                while data := await source.read(65536):
+                    if not (swallowable and self.swallowing):
+                        sink.write(data)
+                        await sink.drain()
+            finally:
+                sink.close()
+
+        await asyncio.gather(pipe(client, to_upstream, True), pipe(upstream, to_client, False), return_exceptions=True)
+
+
 async def refusal(limiter: RedisQuotaLimiter, estimated_tokens: int = 0) -> OverloadedError:
     with pytest.raises(OverloadedError) as caught:
         async with limiter.slot(estimated_tokens):
@@ -245,6 +276,23 @@ def test_the_slot_is_released_when_the_block_raises_or_is_cancelled(redis_url: s
 
     assert run(scenario()) == 1
     assert held(redis_server) == 0
+
+
+def test_a_release_lost_in_a_network_blip_is_tried_again_and_frees_the_slot(redis_server: RedisServer) -> None:
+    async def scenario() -> tuple[int, int, float]:
+        async with SwallowingProxy(redis_server) as proxy, make_limiter(proxy.url, max_concurrent=1) as limiter:
+            async with limiter.slot() as slot:
+                assert slot.shared
+                proxy.swallowing = True  # the release on leaving the block is lost
+            during = held(redis_server)
+            proxy.swallowing = False
+            started = time.monotonic()
+            while held(redis_server) and time.monotonic() - started < 5:
+                await asyncio.sleep(0.05)
+            return during, held(redis_server), time.monotonic() - started
+
+    during, after, seconds = run(scenario())
+    assert (during, after) == (1, 0) and seconds < 2  # tried again after the 0.2 s back-off, not the 120 s lease
 
 
 def test_a_crashed_holders_slot_frees_itself_after_the_lease(redis_url: str) -> None:
