@@ -515,6 +515,12 @@ local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local function rate_wait(key, now)  -- GCRA: microseconds until the next admission (<= 0: now)
+  return tonumber(redis.call('GET', key) or '0') - now
+end
+local function rate_take(key, now, interval)
+  redis.call('SET', key, string.format('%d', now + interval), 'PX', math.ceil(interval / 1000) + 1000)
+end
 local function bucket_level(key, capacity, now)
   local state = redis.call('HMGET', key, 'level', 'at')
   if not state[1] then return capacity end
@@ -535,7 +541,7 @@ local now = now_us()
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {1, now} end  -- a retried call that already got in
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%d', now))  -- leases of crashed holders
 local full = redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3])
-local wait, reason = tonumber(redis.call('GET', KEYS[1]) or '0') - now, 'rate'
+local wait, reason = rate_wait(KEYS[1], now), 'rate'
 local capacity, reserved = tonumber(ARGV[5]), tonumber(ARGV[6])
 local level = 0
 if capacity > 0 then
@@ -545,8 +551,8 @@ if capacity > 0 then
 end
 if full then return {0, math.max(wait, 0), 'concurrency'} end
 if wait > 0 then return {0, wait, reason} end
-local interval, lease_us = tonumber(ARGV[2]), tonumber(ARGV[4])
-redis.call('SET', KEYS[1], string.format('%d', now + interval), 'PX', math.ceil(interval / 1000) + 1000)
+local lease_us = tonumber(ARGV[4])
+rate_take(KEYS[1], now, tonumber(ARGV[2]))
 redis.call('ZADD', KEYS[2], string.format('%d', now + lease_us), ARGV[1])
 redis.call('PEXPIRE', KEYS[2], math.ceil(lease_us / 1000) + 1000)
 if capacity > 0 then bucket_store(KEYS[3], capacity, level - reserved, now) end
@@ -577,10 +583,9 @@ _PACE_LUA = (
     _LUA_COMMON
     + """
 local now = now_us()
-local wait = tonumber(redis.call('GET', KEYS[1]) or '0') - now
+local wait = rate_wait(KEYS[1], now)
 if wait > 0 then return {0, wait} end
-local interval = tonumber(ARGV[1])
-redis.call('SET', KEYS[1], string.format('%d', now + interval), 'PX', math.ceil(interval / 1000) + 1000)
+rate_take(KEYS[1], now, tonumber(ARGV[1]))
 return {1, now}
 """
 )
