@@ -211,6 +211,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 in_flight=in_flight,
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,
+                max_message_bytes=settings.limits.max_body_bytes,
             )
             await grpc_server.start()
             app.state.grpc = grpc_server

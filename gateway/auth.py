@@ -32,14 +32,27 @@ class ApiKeyVerifier:
             return
         if not authorization:
             raise AuthenticationError("missing API key: send the header 'Authorization: Bearer <key>'")
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = bearer_token(authorization)
+        if not token:
             raise AuthenticationError("malformed Authorization header: expected 'Bearer <key>'")
-        presented = token.strip().encode()
+        presented = token.encode()
         # Compare against every key so the time taken does not tell which one nearly matched.
         matches = [hmac.compare_digest(presented, key) for key in self._keys]
         if not any(matches):
             raise AuthenticationError("invalid API key")
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The key of an `Authorization: Bearer <key>` value, "" when there is none. The scheme is
+    case-insensitive and spaces around the key do not count, so "bearer  k" and "Bearer k" are one caller."""
+    scheme, _, token = (authorization or "").strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def caller_identity(authorization: str | None) -> str:
+    """Who is asking, for scoping what callers must not share (idempotency keys): the bearer key, else the
+    header as sent (no keys configured: any value passes)."""
+    return bearer_token(authorization) or (authorization or "").strip()
 
 
 class ApiKeyMiddleware:

@@ -29,17 +29,29 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
 
+MAX_MESSAGE_CHARS = 1000
+
 
 class GatewayError(Exception):
     status_code: ClassVar[int] = 500
     type: ClassVar[str] = "server_error"
-    code: ClassVar[str | None] = None
+    code: str | None = None  # a class's default; an instance may carry a more precise one (an upstream's)
 
-    def __init__(self, message: str, *, param: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+        code: str | None = None,
+    ) -> None:
+        message = shorten(message)
         super().__init__(message)
         self.message = message
         self.param = param
         self.headers = headers or {}
+        if code is not None:
+            self.code = code
 
     def body(self) -> dict[str, Any]:
         return error_body(self.message, self.type, self.param, self.code)
@@ -105,6 +117,14 @@ class UpstreamUnavailableError(UpstreamError):
 class UpstreamTimeoutError(UpstreamError):
     status_code = 504
     type = "timeout"
+
+
+def shorten(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """Messages may quote what the client sent (an unknown id, an upstream's answer): a long one is cut,
+    so that an 8 KB id is not answered with 8 KB, nor break gRPC's limit on a status's details."""
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} more characters)"
 
 
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:

@@ -103,18 +103,22 @@ class LimitsMiddleware:
     async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
         received = 0
         started = False
+        too_large: PayloadTooLargeError | None = None
         deadline = asyncio.timeout(self.timeout_seconds)
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_body_bytes:
-                raise self._too_large(received)
+                too_large = self._too_large(received)
+                raise too_large
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if too_large is not None:
+                return  # what the app answers to a body it could not read (FastAPI: 400) becomes the 413 below
             if message["type"] == "http.response.start" and not started:
                 started = True
                 # The deadline bounds the wait for an answer; a stream that has begun is bounded by
@@ -129,6 +133,10 @@ class LimitsMiddleware:
             if not started:
                 message = f"request took longer than {self.timeout_seconds:g} s"
                 await _answer(UpstreamTimeoutError(message), scope, receive, send)
+        except PayloadTooLargeError:
+            pass  # answered below
+        if too_large is not None and not started:
+            await _answer(too_large, scope, receive, send)
 
     def _too_large(self, size: int) -> PayloadTooLargeError:
         return PayloadTooLargeError(f"request body of {size} bytes exceeds the limit of {self.max_body_bytes} bytes")

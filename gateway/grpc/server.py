@@ -72,12 +72,17 @@ def create_grpc_server(
     in_flight: InFlightLimit | None = None,
     watchers: InFlightLimit | None = None,
     timeout_seconds: float | None = None,
+    max_message_bytes: int | None = None,
 ) -> GrpcServer:
     """Call inside the running event loop that will serve it; then `await GrpcServer.start()`.
 
     Chat and Images are served only when their backend is given; health and reflection list what is served.
+    `max_message_bytes` (REST's body limit) bounds a request message; gRPC's own default is 4 MiB.
     """
-    server = grpc.aio.server(interceptors=[GatewayInterceptor(verifier, in_flight, timeout_seconds, watchers)])
+    options = [("grpc.max_receive_message_length", max_message_bytes)] if max_message_bytes else []
+    server = grpc.aio.server(
+        interceptors=[GatewayInterceptor(verifier, in_flight, timeout_seconds, watchers)], options=options
+    )
     _add_embeddings(EmbeddingsServicer(backend), server)
     services = [EMBEDDINGS_SERVICE]
     if chat is not None:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import grpc
 from pydantic import ValidationError
 
+from gateway.auth import caller_identity
 from gateway.errors import InvalidRequestError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.protocol.chat import ChatCompletionRequest
@@ -195,8 +196,11 @@ def idempotency_key(key: str) -> str | None:
 
 
 def caller(context: grpc.aio.ServicerContext) -> str:
-    """The raw `authorization` value (as the REST route reads its header): idempotency keys are scoped to it."""
-    return next((str(value) for key, value in context.invocation_metadata() or () if key == "authorization"), "")
+    """Who calls (`caller_identity` of the `authorization` metadata, as REST reads its header): idempotency
+    keys are scoped to it."""
+    return caller_identity(
+        next((str(value) for key, value in context.invocation_metadata() or () if key == "authorization"), None)
+    )
 
 
 def task_message(task: Task) -> pb.Task:

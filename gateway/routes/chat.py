@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from gateway import sse
 from gateway.disconnect import unless_disconnected
 from gateway.protocol.chat import ChatCompletionRequest
+from gateway.routes.cache_control import cache_allowed
 from gateway.routes.embeddings import ERRORS
 from gateway.services.chat import CacheResult, ChatService
 
@@ -22,7 +23,7 @@ def chat(request: Request) -> ChatService:
 @router.post("/v1/chat/completions", responses=ERRORS)  # type: ignore[arg-type]
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     payload = body.model_dump(exclude_unset=True)  # the client's fields only, unknown ones included
-    use_cache = "no-cache" not in request.headers.get("cache-control", "")
+    use_cache = cache_allowed(request)
     if body.stream:
         events, result = await chat(request).stream(payload, use_cache=use_cache)
         headers = {**sse.HEADERS, **cache_headers(result)}

@@ -9,6 +9,7 @@ import orjson
 from fastapi import APIRouter, FastAPI, Request, Response
 
 from gateway.protocol.openai import EmbeddingRequest, EmbeddingResponse, ErrorResponse
+from gateway.routes.cache_control import cache_allowed
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService
 
 router = APIRouter()
@@ -24,7 +25,7 @@ def embeddings(request: Request) -> EmbeddingService:
 @router.post("/v1/embeddings", response_model=EmbeddingResponse, responses=ERRORS)  # type: ignore[arg-type]
 async def create_embeddings(body: EmbeddingRequest, request: Request) -> Response:
     texts = [body.input] if isinstance(body.input, str) else body.input
-    use_cache = "no-cache" not in request.headers.get("cache-control", "")
+    use_cache = cache_allowed(request)
     result = await embeddings(request).embed(texts, model=body.model, truncate=body.truncate, use_cache=use_cache)
     headers = {
         "X-Cache": result.cache,

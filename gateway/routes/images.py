@@ -9,6 +9,7 @@ from fastapi import APIRouter, FastAPI, Header, Request, Response
 from fastapi.responses import StreamingResponse
 
 from gateway import sse
+from gateway.auth import caller_identity
 from gateway.protocol.images import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
 from gateway.protocol.openai import ErrorResponse
 from gateway.services.images import ImageService, public_task
@@ -32,7 +33,7 @@ async def create_image_generation(
         None, max_length=MAX_IDEMPOTENCY_KEY_CHARS, description="Same key, same task (per API key)."
     ),
 ) -> Response:
-    caller = request.headers.get("authorization", "")
+    caller = caller_identity(request.headers.get("authorization"))
     task, created = await images(request).submit(body, idempotency_key=idempotency_key, caller=caller)
     headers = {"Location": f"/v1/tasks/{task.id}"}
     if not created:

@@ -22,6 +22,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
     UpstreamUnavailableError,
 )
+from gateway.protocol.unicode import require_unicode
 from gateway.services.shared_stream import SharedStream
 from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.llm import LLMClient
@@ -139,6 +140,7 @@ class ChatService:
             del self._streams[key]
 
     def _validate(self, body: dict[str, Any]) -> None:
+        require_unicode(body)
         chars = prompt_chars(body)
         if chars > self._max_prompt_chars:
             raise InvalidRequestError(

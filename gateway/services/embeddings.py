@@ -14,6 +14,7 @@ import numpy.typing as npt
 from gateway import metrics
 from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache, embedding_key
 from gateway.errors import InputTooLongError, InvalidRequestError, NotFoundError
+from gateway.protocol.unicode import has_lone_surrogate, is_blank
 from gateway.settings import LimitSettings
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
@@ -100,9 +101,9 @@ class EmbeddingService:
                 f"input has {len(texts)} texts; the maximum is {limits.max_texts_per_request}", param="input"
             )
         for index, text in enumerate(texts):
-            if not text.strip():
-                raise InvalidRequestError(f"input[{index}] is empty or only whitespace", param="input")
-            if not text.isascii() and _has_lone_surrogate(text):
+            if is_blank(text):
+                raise InvalidRequestError(f"input[{index}] is empty or has no visible character", param="input")
+            if has_lone_surrogate(text):
                 raise InvalidRequestError(f"input[{index}] is not valid Unicode (a lone surrogate)", param="input")
             if len(text) > limits.max_text_chars:
                 raise InvalidRequestError(
@@ -143,15 +144,6 @@ class EmbeddingService:
         if self._cache is not None:
             await self._cache.put_many(info.name, info.variant, texts, entries)
         return dict(zip(texts, entries, strict=True))
-
-
-def _has_lone_surrogate(text: str) -> bool:
-    """JSON may carry "\\ud800" escapes that decode to no real character; UTF-8 cannot encode them."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def check_model(requested: str | None, info: ModelInfo) -> None:

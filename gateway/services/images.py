@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from gateway import metrics
 from gateway.errors import ConflictError, InvalidRequestError, NotFoundError
 from gateway.protocol.images import MAX_SIDE, MIN_SIDE, ImageGenerationRequest, TaskErrorObject, TaskObject
+from gateway.protocol.unicode import require_unicode
 from gateway.services.image_ledger import TaskLedger
 from gateway.services.image_runner import ImageTaskRunner
 from gateway.tasks.base import TaskStoreError
@@ -168,6 +169,7 @@ class ImageService:
             return False
 
     def _arguments(self, request: ImageGenerationRequest) -> dict[str, Any]:
+        require_unicode(request.model_dump(exclude_none=True))
         for field in ("prompt", "negative_prompt"):
             text = getattr(request, field)
             if text is not None and len(text) > self._max_prompt_chars:

@@ -224,16 +224,19 @@ async def _drain(lines: AsyncIterator[bytes]) -> None:
 
 async def _error_of(response: aiohttp.ClientResponse) -> GatewayError:
     """The upstream's error in our classes; its message passes through, our credentials never do."""
+    code = None
     try:
         detail = json.loads(await response.read()).get("error", {})
         message = str(detail.get("message") or detail) if isinstance(detail, dict) else str(detail)
+        if isinstance(detail, dict) and isinstance(detail.get("code"), str):
+            code = detail["code"]  # e.g. model_not_found: the client's to act on
     except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
         message = response.reason or ""
     status = response.status
     if status == 400:
-        return InvalidRequestError(f"upstream rejected the request: {message}")
+        return InvalidRequestError(f"upstream rejected the request: {message}", code=code)
     if status == 404:
-        return NotFoundError(f"upstream: {message}", param="model")
+        return NotFoundError(f"upstream: {message}", param="model", code=code)
     if status == 429:
         retry_after = response.headers.get("retry-after", "1")
         seconds = int(float(retry_after)) if retry_after.replace(".", "", 1).isdigit() else 1

@@ -280,6 +280,14 @@ def test_bad_chat_input_gets_a_4xx(
     assert message in response.json()["error"]["message"]
 
 
+def test_an_upstream_refusal_keeps_its_error_code(chat_gateway: RunningGateway, http: httpx.Client) -> None:
+    body = {"model": "gpt-unknown", "messages": [{"role": "user", "content": "hi"}]}
+    response = http.post(f"{chat_gateway.base_url}/v1/chat/completions", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "model_not_found" and "gpt-unknown" in error["message"]
+
+
 def test_missing_api_key_is_503_naming_the_variable(
     hunyuan_simulator: RunningHunyuanSimulator,
     triton: TritonProcess,

@@ -72,7 +72,9 @@ def test_cache_control_no_cache_bypasses_the_cache(
     embed(http, gateway, texts)
     calls = triton_requests(triton)
     assert embed(http, gateway, texts, **{"Cache-Control": "no-cache"}).headers["x-cache"] == "miss"
-    assert triton_requests(triton) == calls + 1
+    assert embed(http, gateway, texts, **{"Cache-Control": "max-age=0, No-Cache"}).headers["x-cache"] == "miss"
+    assert triton_requests(triton) == calls + 2
+    assert embed(http, gateway, texts, **{"Cache-Control": "no-store-ish"}).headers["x-cache"] == "hit"
 
 
 @pytest.mark.parametrize(

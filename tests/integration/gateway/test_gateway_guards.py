@@ -57,6 +57,8 @@ def test_api_keys_guard_every_route_but_the_probes(
         ({"json": {"input": "hi", "encoding_format": "binary"}}, 400, "encoding_format"),
         ({"json": {"input": "hi", "unknown": 1}}, 400, "unknown"),
         ({"content": b"x" * 70_000, "headers": {"content-type": "application/json"}}, 413, "exceeds the limit"),
+        ({"content": iter([b"x" * 40_000] * 2), "headers": {"content-type": "application/json"}}, 413, "exceeds"),
+        ({"json": {"input": ["ok", "\u200b\x00\ufeff"]}}, 400, "input[1] is empty or has no visible character"),
     ],
     ids=[
         "empty-list",
@@ -69,6 +71,8 @@ def test_api_keys_guard_every_route_but_the_probes(
         "unknown-encoding",
         "unknown-field",
         "body-too-large",
+        "chunked-body-too-large",  # no Content-Length: counted while read
+        "invisible-text",
     ],
 )
 def test_bad_input_gets_a_4xx_in_the_error_shape(

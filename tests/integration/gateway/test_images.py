@@ -336,6 +336,9 @@ def test_idempotency_keys_are_scoped_to_the_caller_and_webhooks_need_no_api_key(
     alice = submit(http, keyed, body, headers={"Idempotency-Key": "k1", "Authorization": "Bearer alice-key"})
     bob = submit(http, keyed, body, headers={"Idempotency-Key": "k1", "Authorization": "Bearer bob-key"})
     assert alice.status_code == bob.status_code == 202 and alice.json()["id"] != bob.json()["id"]
+    # The same key however the header is spelled: the same caller, the same task.
+    again = submit(http, keyed, body, headers={"Idempotency-Key": "k1", "Authorization": "bearer  alice-key"})
+    assert again.status_code == 202 and again.json()["id"] == alice.json()["id"]
     assert submit(http, keyed, body).status_code == 401
     headers = {"Authorization": "Bearer alice-key"}
     for task in (alice.json(), bob.json()):  # completed by webhooks, which carry no API key

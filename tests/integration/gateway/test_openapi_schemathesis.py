@@ -7,6 +7,7 @@ longer has), and `test_live_document_is_the_one_tested` pins that to what the li
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 DOCUMENT = create_app(gateway_settings("127.0.0.1:1")).openapi()  # builds the app only: nothing starts
 schema = schemathesis.openapi.from_dict(DOCUMENT)
+JSON_HEADERS = {"content-type": "application/json"}
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 
 
@@ -81,3 +83,26 @@ def test_json_strings_schemathesis_does_not_generate(body: dict[str, Any], gatew
     """Schemathesis draws UTF-8-encodable text only; JSON can also carry lone surrogates (`"\\ud800"`)."""
     case = schema["/v1/embeddings"]["POST"].Case(body=body, media_type="application/json")
     case.call_and_validate(base_url=gateway.base_url, checks=CHECKS, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "where"),
+    [
+        ("/v1/chat/completions", {"model": "hunyuan-lite", "messages": [{"role": "user", "content": "a\ud800"}]},
+         "messages[0].content"),
+        ("/v1/chat/completions", {"model": "hunyuan-lite", "messages": [{"role": "user", "content": "hi"}],
+                                  "stream": True, "user": "\udfff"}, "user"),
+        ("/v1/images/generations", {"prompt": "a cat", "negative_prompt": "\ud800"}, "negative_prompt"),
+        ("/v1/images/generations", {"prompt": "a cat", "style": {"mood": "\ud83d"}}, "style.mood"),
+    ],
+    ids=["chat-content", "chat-stream-pass-through-field", "image-field", "image-pass-through-field"],
+)  # fmt: skip
+def test_lone_surrogates_anywhere_in_chat_and_image_bodies_are_400(
+    path: str, body: dict[str, Any], where: str, gateway: RunningGateway
+) -> None:
+    """They pass JSON parsing and the request models but no UTF-8 encoder (cache keys, upstreams, SQLite)."""
+    content = json.dumps(body).encode()  # ASCII, surrogates as "\\ud800" escapes (httpx's json= would refuse them)
+    response = httpx.post(f"{gateway.base_url}{path}", content=content, headers=JSON_HEADERS, timeout=30)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["message"] == f"{where} is not valid Unicode (a lone surrogate)"
+    assert response.json()["error"]["param"] == where.split(".")[0].split("[")[0]

@@ -57,6 +57,7 @@ FAILURES: dict[str, Callable[[], Exception]] = {
     "!timeout": lambda: UpstreamTimeoutError("triton did not answer within 30.0 s"),
     "!server": lambda: GatewayError("embedding cache returned a malformed vector"),
     "!crash": lambda: RuntimeError(SECRET),
+    "!long": lambda: NotFoundError(f"task {'x' * 20_000!r} not found"),  # an error quoting a huge input
 }
 
 
@@ -145,7 +146,8 @@ def loop_thread() -> Iterator[LoopThread]:
 @pytest.fixture
 def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
     """Start servers (keys: the API keys, () for none; handlers: extra generic handlers; images: an image
-    backend, which also serves gateway.v1.Images; in_flight and timeout_seconds: the process's limits);
+    backend, which also serves gateway.v1.Images; in_flight, timeout_seconds and max_message_bytes: the
+    process's limits);
     all stop at teardown."""
     started: list[Harness] = []
 
@@ -162,9 +164,15 @@ def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
         images: ImageBackend | None = None,
         in_flight: InFlightLimit | None = None,
         timeout_seconds: float | None = None,
+        max_message_bytes: int | None = None,
     ) -> Harness:
         backend = FakeBackend()
-        options = {"images": images, "in_flight": in_flight, "timeout_seconds": timeout_seconds}
+        options = {
+            "images": images,
+            "in_flight": in_flight,
+            "timeout_seconds": timeout_seconds,
+            "max_message_bytes": max_message_bytes,
+        }
         server = loop_thread.run(build(backend, keys, handlers, **options))
         channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
         started.append(Harness(server, backend, channel, loop_thread))

@@ -140,6 +140,22 @@ def test_gateway_errors_map_to_status_codes(harness: Harness, text: str, code: g
     assert (error.code(), error.details()) == (code, details)
 
 
+def test_an_error_quoting_a_huge_input_is_cut_to_fit_a_status(harness: Harness) -> None:
+    error = embed_error(harness, pb.EmbedRequest(input=["!long"]))
+
+    assert error.code() == grpc.StatusCode.NOT_FOUND
+    assert (error.details() or "").endswith("more characters)") and len(error.details() or "") < 1100
+
+
+def test_messages_up_to_the_body_limit_are_received_and_larger_ones_refused(harness_factory: HarnessFactory) -> None:
+    harness = harness_factory(max_message_bytes=6_000_000)  # above gRPC's default of 4 MiB
+    large = pb.EmbedRequest(input=["y" * 5_000_000])
+    assert harness.embeddings.Embed(large, metadata=AUTH).data[0].embedding[0] == 5_000_000
+    error = embed_error(harness, pb.EmbedRequest(input=["y" * 7_000_000]))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert len(harness.backend.calls) == 1
+
+
 def test_overloaded_sends_retry_after(harness: Harness) -> None:
     error = embed_error(harness, pb.EmbedRequest(input=["!overloaded"]))
 

@@ -170,11 +170,11 @@ def test_submit_leaves_unset_fields_unset(harness: Harness, images: FakeImages) 
     assert call.idempotency_key is None
 
 
-def test_submit_passes_the_idempotency_key_and_the_callers_authorization(harness: Harness, images: FakeImages) -> None:
+def test_submit_passes_the_idempotency_key_and_the_caller(harness: Harness, images: FakeImages) -> None:
     harness.images.Submit(pb.ImageRequest(prompt="a fox", idempotency_key="order-42"), metadata=AUTH)
 
     (call,) = images.submits
-    assert (call.idempotency_key, call.caller) == ("order-42", f"Bearer {API_KEY}")
+    assert (call.idempotency_key, call.caller) == ("order-42", API_KEY)  # the key, as REST scopes it
 
 
 def test_without_configured_keys_the_caller_is_empty(harness_factory: HarnessFactory, images: FakeImages) -> None:
