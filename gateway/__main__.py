@@ -11,6 +11,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from gateway.app import create_app
+from gateway.http_protocol import with_header_deadline
 from gateway.observability import configure_logging
 from gateway.settings import Settings
 from gateway.tracing import configure_tracing
@@ -60,7 +61,7 @@ def main() -> None:
         log_config=None,
         access_log=False,
         loop="uvloop",  # grpc.aio and tritonclient's aio channel run on it too
-        http="httptools",
+        http=with_header_deadline(settings.server.header_timeout_seconds),  # httptools, with a header deadline
         timeout_graceful_shutdown=int(settings.server.shutdown_grace_seconds),
     )
     GatewayServer(config, app, settings.server.shutdown_grace_seconds).run()

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import SecretStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -127,12 +128,20 @@ def shorten(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return f"{message[:limit]}... ({len(message) - limit} more characters)"
 
 
+def without_secret(message: str, secret: SecretStr | None) -> str:
+    """An upstream's message with our key replaced by ***, should the upstream echo it."""
+    value = secret.get_secret_value() if secret is not None else ""
+    return message.replace(value, "***") if value else message
+
+
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
 async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
+    if str(exc) != exc.message:  # a detail kept from the client (a host, a path): the operator gets it
+        log.warning("%s %s answered %d: %s", request.method, request.url.path, exc.status_code, exc)
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers)
 
 

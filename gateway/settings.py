@@ -21,6 +21,11 @@ class ServerSettings(BaseSettings):
     shutdown_grace_seconds: float = Field(
         20.0, description="On SIGTERM, seconds in-flight requests get to finish before they are cut off."
     )
+    header_timeout_seconds: float = Field(
+        15.0,
+        description="A connection that does not complete a request's headers this long after it opened or its "
+        "last response ended is closed (idle and slow-header connections would otherwise hold sockets for ever).",
+    )
     log_level: str = Field("INFO", description="Log level of the JSON logs.")
     public_url: str | None = Field(
         None,

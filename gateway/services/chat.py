@@ -191,8 +191,9 @@ class ChatService:
         for model in [requested, *self._fallbacks.get(requested, [])]:
             breaker = self._breakers[model]
             if not breaker.allow():
+                seconds = max(1, math.ceil(breaker.retry_after()))
                 last_error = UpstreamUnavailableError(
-                    f"model {model!r} is failing; retry in {math.ceil(breaker.retry_after())} s"
+                    f"model {model!r} is failing; retry in {seconds} s", headers={"Retry-After": str(seconds)}
                 )
                 continue
             attempt = AsyncExitStack()

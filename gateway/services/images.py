@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol
@@ -22,6 +23,8 @@ from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.upstreams.image_api import KEY_ENV, ImageNotConfiguredError, pika_arguments, result_urls
 from gateway.upstreams.webhooks import WebhookSignatureError
+
+log = logging.getLogger(__name__)
 
 WATCH_RECHECK_SECONDS = 2.0  # a watcher re-reads the task this often even without a notification
 
@@ -128,8 +131,8 @@ class ImageService:
         copies and calls about an older submission change nothing."""
         try:
             await self._verifier.verify(headers, body)
-        except Exception:
-            metrics.IMAGE_CALLBACKS.labels(result="rejected").inc()
+        except Exception as exc:
+            _reject(task_id, exc)
             raise
         webhook = _webhook(body)
         request_id = {name.lower(): value for name, value in headers.items()}.get("x-fal-webhook-request-id")
@@ -139,8 +142,9 @@ class ImageService:
             metrics.IMAGE_CALLBACKS.labels(result="unknown_task").inc()
             raise
         if not self._runner.callback_token_valid(task_id, token):
-            metrics.IMAGE_CALLBACKS.labels(result="rejected").inc()
-            raise WebhookSignatureError("webhook URL lacks this task's token: not a job this gateway submitted")
+            error = WebhookSignatureError("webhook URL lacks this task's token: not a job this gateway submitted")
+            _reject(task_id, error)
+            raise error
         if task.upstream_request_id is not None and request_id != task.upstream_request_id:
             metrics.IMAGE_CALLBACKS.labels(result="stale").inc()  # from a submission this task no longer tracks
             return task
@@ -212,6 +216,13 @@ def public_task(task: Task) -> TaskObject:
         result=task.result,
         error=error,
     )
+
+
+def _reject(task_id: str, error: Exception) -> None:
+    """Count and log a refused webhook, so that a misconfigured signing key or callback URL shows up in the
+    logs and not only as tasks that finish late by polling. The reason is ours: no token or signature."""
+    metrics.IMAGE_CALLBACKS.labels(result="rejected").inc()
+    log.warning("webhook for task %s refused: %s", task_id, error)
 
 
 def _visible(task: Task) -> dict[str, Any]:

@@ -18,9 +18,19 @@ from gateway.tasks.model import Task, TaskState
 
 
 class TaskStoreError(UpstreamUnavailableError):
-    """The store could not be reached or answered nonsense; the task operation fails with 503."""
+    """The store could not be reached or answered nonsense; the task operation fails with 503.
+
+    The client reads `message`; `detail` (the driver's exception, which may name hosts and paths) goes
+    only to the logs, through `str()`."""
 
     code = "task_store_unavailable"
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.message}: {self.detail}" if self.detail else self.message
 
 
 class TaskChanges(Protocol):

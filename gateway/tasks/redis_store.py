@@ -228,7 +228,7 @@ class RedisTaskStore:
         try:
             return await command()
         except STORE_FAILURES as exc:
-            raise TaskStoreError(f"redis {operation} failed: {type(exc).__name__}: {exc}") from exc
+            raise TaskStoreError(f"redis {operation} failed", detail=f"{type(exc).__name__}: {exc}") from exc
 
     def _task_key(self, task_id: str) -> str:
         return self._prefix + "task:" + task_id
@@ -272,7 +272,7 @@ def _decode(record: Any) -> Task:
     try:
         return Task.from_json(bytes(record))
     except (ValueError, TypeError, KeyError) as exc:
-        raise TaskStoreError(f"redis task record is malformed: {type(exc).__name__}: {exc}") from exc
+        raise TaskStoreError("redis task record is malformed", detail=f"{type(exc).__name__}: {exc}") from exc
 
 
 _TERMINAL_LUA = "{" + ", ".join(f"[{state.value!r}] = true" for state in sorted(TERMINAL_STATES)) + "}"

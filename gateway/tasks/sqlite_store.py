@@ -317,11 +317,12 @@ class SqliteTaskStore:
         try:
             yield
         except (sqlite3.Error, OSError) as exc:
-            raise TaskStoreError(f"sqlite {operation} failed on {self.path}: {type(exc).__name__}: {exc}") from exc
+            detail = f"{self.path}: {type(exc).__name__}: {exc}"
+            raise TaskStoreError(f"sqlite {operation} failed", detail=detail) from exc
 
 
 def _decode(record: str) -> Task:
     try:
         return Task.from_json(record)
     except (ValueError, TypeError, KeyError) as exc:
-        raise TaskStoreError(f"sqlite task record is malformed: {type(exc).__name__}: {exc}") from exc
+        raise TaskStoreError("sqlite task record is malformed", detail=f"{type(exc).__name__}: {exc}") from exc

@@ -32,6 +32,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
+    without_secret,
 )
 from gateway.upstreams.pool import PooledSession
 
@@ -200,9 +201,7 @@ def _error_of(reply: _Reply, api_key: SecretStr | None) -> GatewayError:
         message = str(detail)
     except ValueError:
         message = reply.reason
-    secret = api_key.get_secret_value() if api_key is not None else ""
-    if secret:
-        message = message.replace(secret, "***")
+    message = without_secret(message, api_key)
     if status in (401, 403):
         return ImageUpstreamError(f"image upstream rejected the gateway's credentials ({status}; check {KEY_ENV})")
     if status == 429:

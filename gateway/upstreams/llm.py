@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 from opentelemetry import propagate, trace
+from pydantic import SecretStr
 
 from gateway import metrics
 from gateway.errors import (
@@ -32,6 +33,7 @@ from gateway.errors import (
     UpstreamError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
+    without_secret,
 )
 from gateway.settings import LLMSettings
 from gateway.upstreams.pool import PooledSession
@@ -174,7 +176,7 @@ class LLMClient:
             raise _RetryableError(LLMUnavailableError(f"chat upstream unreachable: {type(exc).__name__}")) from exc
         if response.status < 400:
             return response
-        error = await _error_of(response)
+        error = await _error_of(response, self._settings.api_key)
         response.close()
         metrics.LLM_ERRORS.labels(reason=str(response.status)).inc()
         if response.status in RETRYABLE_STATUS:
@@ -222,8 +224,9 @@ async def _drain(lines: AsyncIterator[bytes]) -> None:
                 pass
 
 
-async def _error_of(response: aiohttp.ClientResponse) -> GatewayError:
-    """The upstream's error in our classes; its message passes through, our credentials never do."""
+async def _error_of(response: aiohttp.ClientResponse, api_key: SecretStr | None) -> GatewayError:
+    """The upstream's error in our classes; its message passes through (an echoed key redacted), our
+    credentials never do."""
     code = None
     try:
         detail = json.loads(await response.read()).get("error", {})
@@ -232,6 +235,7 @@ async def _error_of(response: aiohttp.ClientResponse) -> GatewayError:
             code = detail["code"]  # e.g. model_not_found: the client's to act on
     except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
         message = response.reason or ""
+    message = without_secret(message, api_key)
     status = response.status
     if status == 400:
         return InvalidRequestError(f"upstream rejected the request: {message}", code=code)

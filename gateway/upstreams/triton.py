@@ -32,6 +32,7 @@ CHANNEL_ARGS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
+INFO_RETRY_SECONDS = 1.0  # while Triton is unreachable, how often a request re-reads the model info
 
 
 class TritonUpstreamError(UpstreamError):
@@ -83,6 +84,8 @@ class TritonClient:
         self._settings = settings
         self._client = client or grpcaio.InferenceServerClient(settings.url, channel_args=CHANNEL_ARGS)
         self._info: ModelInfo | None = None
+        self._info_stale = False  # Triton was unreachable since it was read: the model may be another revision
+        self._info_retry_at = 0.0
         self._info_lock = asyncio.Lock()
 
     async def __aenter__(self) -> TritonClient:
@@ -95,10 +98,25 @@ class TritonClient:
         await self._client.close()
 
     async def model_info(self, *, refresh: bool = False) -> ModelInfo:
-        """The model's name, revision and limits, read once and again after Triton was unreachable."""
+        """The model's name, revision and limits, read once and again after Triton was unreachable.
+
+        While Triton stays unreachable the last info read is answered (re-read at most once a second), so
+        that embeddings the cache holds are still served."""
         async with self._info_lock:
-            if self._info is None or refresh:
-                self._info = parse_model_info(await self._call(self._client.get_model_config, self._settings.model))
+            stale = self._info_stale and time.monotonic() >= self._info_retry_at
+            if self._info is None or refresh or stale:
+                # A re-read is quick or given up: requests wait on it, cache hits included.
+                settings = self._settings
+                timeout = settings.timeout_seconds if self._info is None else settings.ready_timeout_seconds
+                try:
+                    config = await self._call(self._client.get_model_config, settings.model, client_timeout=timeout)
+                except (TritonUnavailableError, TritonTimeoutError):
+                    if self._info is None or refresh:
+                        raise
+                    self._info_retry_at = time.monotonic() + INFO_RETRY_SECONDS
+                    return self._info
+                self._info = parse_model_info(config)
+                self._info_stale = False
             return self._info
 
     async def ready(self) -> bool:
@@ -161,7 +179,7 @@ class TritonClient:
         except InferenceServerException as exc:
             error = translate(exc, self._settings)
             if isinstance(error, TritonUnavailableError):
-                self._info = None  # the model may come back as another revision
+                self._info_stale = True  # the model may come back as another revision
             metrics.TRITON_ERRORS.labels(reason=_reason(error)).inc()
             raise error from exc
 

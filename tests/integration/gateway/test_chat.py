@@ -214,6 +214,7 @@ def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
     calls = hunyuan_simulator.stats.requests_total
     fast = http.post(url, json=ask("c"))
     assert fast.status_code == 503 and "is failing" in fast.json()["error"]["message"]
+    assert fast.headers["retry-after"] == "1"  # the 0.5 s left before the probe, rounded up
     assert hunyuan_simulator.stats.requests_total == calls  # open: no upstream call
     time.sleep(0.6)
     assert http.post(url, json=ask("d")).status_code == 200  # half-open probe succeeds and closes it

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from gateway.settings import AuthSettings, LimitSettings
+from gateway.settings import AuthSettings, CacheSettings, LimitSettings
 from localtriton.server import TritonProcess
 from tests.integration.gateway.conftest import RunningGateway
 from tests.integration.gateway.test_embeddings_rest import mixed_texts
@@ -118,11 +118,17 @@ def test_triton_outage_is_503_and_not_ready_then_recovers_without_restart(
     http: httpx.Client,
 ) -> None:
     triton = triton_factory(minilm_repository)
-    gateway = gateway_factory(triton.grpc_url)
+    gateway = gateway_factory(triton.grpc_url, cache=CacheSettings(embedding_cache_mb=8))
     url = f"{gateway.base_url}/v1/embeddings"
-    assert http.post(url, json={"input": "before"}).status_code == 200
+    before = http.post(url, json={"input": "before"})
+    assert before.status_code == 200
     triton.stop()
     assert_error(http.post(url, json={"input": "during"}), 503, "embedding model unavailable")
+    for _ in range(2):  # what the cache holds is still served, the first call after the failure and later
+        cached = http.post(url, json={"input": "before"})
+        assert cached.status_code == 200 and cached.headers["x-cache"] == "hit"
+        assert cached.json()["data"] == before.json()["data"]
+        time.sleep(1.1)
     ready = http.get(f"{gateway.base_url}/readyz")
     assert ready.status_code == 503 and ready.json()["ready"] is False
     triton.start()

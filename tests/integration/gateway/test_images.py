@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import tempfile
 import time
 from collections.abc import Callable
@@ -230,8 +231,12 @@ def webhook_url(simulator: RunningPikaSimulator, request_id: str) -> str:
 
 
 def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
-    image_gateway: RunningGateway, pika_simulator: RunningPikaSimulator, http: httpx.Client
+    image_gateway: RunningGateway,
+    pika_simulator: RunningPikaSimulator,
+    http: httpx.Client,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.services.images")
     pika_simulator.config.sign_with_wrong_key = True
     pika_simulator.config.job_seconds = 0.2
     task_id = submit(http, image_gateway).json()["id"]
@@ -261,6 +266,11 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
         refused = http.post(untokened, content=raw, headers=headers)
         assert refused.status_code == 401 and "token" in refused.json()["error"]["message"], refused.text
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json()["status"] == "processing"
+    refusals = [r.getMessage() for r in caplog.records if r.name == "gateway.services.images"]
+    assert any(f"task {task_id} refused: webhook signature matches none" in m for m in refusals), refusals
+    assert any("lacks header(s)" in m and "x-fal-webhook-signature" in m for m in refusals)
+    assert any("lacks this task's token" in m for m in refusals)
+    assert not any(another_tasks in m or "0" * 32 in m for m in refusals)  # tokens are not logged
     unknown = http.post(f"{image_gateway.base_url}/v1/callbacks/pika/task_unknown", content=raw, headers=headers)
     assert unknown.status_code == 404
     accepted = http.post(url, content=raw, headers=headers)  # the genuine article is applied
@@ -479,7 +489,9 @@ def test_redis_task_store_outage_fails_image_calls_with_503_and_they_work_again_
     http: httpx.Client,
     redis_url: str,
     redis_server: RedisServer,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="gateway.errors")
     pika_simulator.config.api_key = KEY
     port = free_port()
     gateway = gateway_factory(
@@ -500,6 +512,9 @@ def test_redis_task_store_outage_fails_image_calls_with_503_and_they_work_again_
         refused = submit(http, gateway)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "task_store_unavailable"
         assert redis_url.split("@")[-1] not in refused.text
+        assert refused.json()["error"]["message"].startswith("redis ") and "Error" not in refused.text
+        logged = [r.getMessage() for r in caplog.records if r.name == "gateway.errors"]
+        assert any("answered 503: redis" in m and "ConnectionError" in m for m in logged), logged
         assert http.get(f"{gateway.base_url}/v1/tasks/{first['id']}").status_code == 503
         assert http.get(f"{gateway.base_url}/healthz").status_code == 200  # the process carries on
         assert http.get(f"{gateway.base_url}/readyz").json()["checks"]["tasks"] == "unavailable"

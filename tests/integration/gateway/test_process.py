@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,22 +24,26 @@ pytestmark = pytest.mark.slow
 API_KEY = "sk-test-0123456789abcdef"
 
 
-def test_sigterm_drains_in_flight_requests_and_logs_are_json_without_secrets(triton: TritonProcess) -> None:
+def _start_gateway(triton: TritonProcess, **env: str) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m gateway` on free ports in front of `triton`, with these variables; (process, base URL)."""
     http_port = free_port()
-    env = {
+    environment = {
         **os.environ,
         "TRITON_URL": triton.grpc_url,
         "GATEWAY_HOST": "127.0.0.1",
         "GATEWAY_HTTP_PORT": str(http_port),
         "GATEWAY_GRPC_PORT": str(free_port()),
-        "GATEWAY_API_KEYS": API_KEY,
-        "GATEWAY_SHUTDOWN_GRACE_SECONDS": "30",
         "EMBEDDING_CACHE_MB": "0",
+        **env,
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "gateway"], cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
-    base = f"http://127.0.0.1:{http_port}"
+    return process, f"http://127.0.0.1:{http_port}"
+
+
+def test_sigterm_drains_in_flight_requests_and_logs_are_json_without_secrets(triton: TritonProcess) -> None:
+    process, base = _start_gateway(triton, GATEWAY_API_KEYS=API_KEY, GATEWAY_SHUTDOWN_GRACE_SECONDS="30")
     answers: list[httpx.Response] = []
     try:
         wait_for_http_ok(f"{base}/readyz", timeout=60)
@@ -71,3 +76,28 @@ def test_sigterm_drains_in_flight_requests_and_logs_are_json_without_secrets(tri
     assert access and access[0]["request_id"] == "drain-check" and access[0]["status"] == 200
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{base}/healthz", timeout=2)
+
+
+def test_connections_that_do_not_send_their_headers_in_time_are_closed(triton: TritonProcess) -> None:
+    process, base = _start_gateway(triton, GATEWAY_HEADER_TIMEOUT_SECONDS="1")
+    try:
+        wait_for_http_ok(f"{base}/readyz", timeout=60)
+        host, port = base.removeprefix("http://").split(":")
+        with (
+            socket.create_connection((host, int(port)), timeout=10) as idle,
+            socket.create_connection((host, int(port)), timeout=10) as slow,
+        ):
+            slow.sendall(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n")  # and the rest never comes
+            started = time.monotonic()
+            assert idle.recv(1024) == b"" and slow.recv(1024) == b""  # closed by the gateway
+            assert 0.8 < time.monotonic() - started < 5
+        # A request slower than the deadline is not cut: the deadline is on the headers only.
+        with httpx.Client(timeout=120) as client:
+            answer = client.post(f"{base}/v1/embeddings", json={"input": SLOW_BATCH})
+            assert answer.status_code == 200 and len(answer.json()["data"]) == len(SLOW_BATCH)
+            assert client.get(f"{base}/healthz").status_code == 200  # the kept-alive connection still serves
+    finally:
+        process.kill()
+        process.wait()
+        assert process.stdout is not None
+        process.stdout.close()

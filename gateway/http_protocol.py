@@ -1,0 +1,58 @@
+"""uvicorn's httptools protocol with a deadline on request headers.
+
+uvicorn closes a keep-alive connection that stays idle after a response, but a connection that never
+sends a request, or sends its headers a byte at a time, is held open for ever: enough of them (a
+slowloris, or a pool of clients that leak connections) use up the process's file descriptors and every
+route fails. Here each connection must complete a request's headers within the deadline, counted from
+when it opens or its last response ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class HeaderDeadlineProtocol(HttpToolsProtocol):
+    header_timeout_seconds: ClassVar[float] = 15.0
+    _header_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        self._disarm_header_deadline()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # a request already read starts now: its headers are complete
+        super().on_response_complete()
+        if not pipelined:
+            self._arm_header_deadline()
+
+    def _arm_header_deadline(self) -> None:
+        self._disarm_header_deadline()
+        if not self.transport.is_closing():
+            self._header_deadline = self.loop.call_later(self.header_timeout_seconds, self._headers_overdue)
+
+    def _disarm_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_overdue(self) -> None:
+        self._header_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def with_header_deadline(seconds: float) -> type[HeaderDeadlineProtocol]:
+    """The protocol class to give `uvicorn.Config(http=...)`, with this deadline."""
+    return type("HeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_seconds": seconds})
