@@ -30,7 +30,7 @@ class _Waiting:
 class CoalescingEmbedder:
     """An `Embedder` over another one; calls beyond `max_in_flight` are merged into the next call."""
 
-    def __init__(self, inner: Embedder, *, max_in_flight: int = 4, max_texts: int = 64) -> None:
+    def __init__(self, inner: Embedder, *, max_in_flight: int = 1, max_texts: int = 64) -> None:
         if max_in_flight < 1 or max_texts < 1:
             raise ValueError("max_in_flight and max_texts must be >= 1")
         self._inner = inner
