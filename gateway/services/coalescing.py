@@ -5,6 +5,10 @@ two python-backend steps), so 32 single-text requests cost far more as 32 calls 
 `CoalescingEmbedder` sends a call at once while fewer than `max_in_flight` are running, so a quiet
 gateway adds no delay; when all are busy, the texts that arrive wait for the next free slot and go
 together, up to `max_texts` per call. Under load the batches grow by themselves, with no timer.
+
+Once `overlap_texts` are waiting, one call more goes at once: it is tokenized and queued in Triton
+while the call before it runs, so the encoder starts on it without waiting for a round trip through
+the gateway, and it is large enough to cost little more per text than a merged call would.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ from gateway.errors import InvalidRequestError
 from gateway.services.embeddings import Embedder
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
+# Measured through Triton + gateway on 2 cores, single texts, alternating rounds, one call in flight:
+# at concurrency 32, 16 -> 491 texts/s against 477 without (12: 473, the calls get too small); at 128,
+# 512 against 504; at 8 (never 16 waiting) unchanged.
+OVERLAP_TEXTS = 16
+
 
 @dataclass
 class _Waiting:
@@ -30,14 +39,18 @@ class _Waiting:
 class CoalescingEmbedder:
     """An `Embedder` over another one; calls beyond `max_in_flight` are merged into the next call."""
 
-    def __init__(self, inner: Embedder, *, max_in_flight: int = 1, max_texts: int = 64) -> None:
+    def __init__(
+        self, inner: Embedder, *, max_in_flight: int = 1, max_texts: int = 64, overlap_texts: int = OVERLAP_TEXTS
+    ) -> None:
         if max_in_flight < 1 or max_texts < 1:
             raise ValueError("max_in_flight and max_texts must be >= 1")
         self._inner = inner
         self._max_in_flight = max_in_flight
         self._max_texts = max_texts
+        self._overlap_texts = overlap_texts
         self._in_flight = 0
         self._waiting: deque[_Waiting] = deque()
+        self._waiting_texts = 0
         self._calls: set[asyncio.Task[None]] = set()
 
     async def model_info(self, *, refresh: bool = False) -> ModelInfo:
@@ -56,16 +69,24 @@ class CoalescingEmbedder:
                 self._dispatch()
         waiting = _Waiting(texts, asyncio.get_running_loop().create_future())
         self._waiting.append(waiting)
+        self._waiting_texts += len(texts)
         self._dispatch()
         # The merged call runs in its own task: a caller that goes away cancels only its own future.
         return await waiting.result
 
+    def _slot_free(self) -> bool:
+        if self._in_flight < self._max_in_flight:
+            return True
+        overlap = 0 < self._overlap_texts <= self._waiting_texts
+        return overlap and self._in_flight == self._max_in_flight
+
     def _dispatch(self) -> None:
-        while self._waiting and self._in_flight < self._max_in_flight:
+        while self._waiting and self._slot_free():
             batch: list[_Waiting] = []
             size = 0
             while self._waiting and (not batch or size + len(self._waiting[0].texts) <= self._max_texts):
                 waiting = self._waiting.popleft()
+                self._waiting_texts -= len(waiting.texts)
                 if not waiting.result.done():  # skip callers that have gone
                     batch.append(waiting)
                     size += len(waiting.texts)

@@ -53,6 +53,27 @@ def test_quiet_calls_go_straight_through_and_busy_ones_are_merged() -> None:
     asyncio.run(scenario())
 
 
+def test_one_call_more_goes_once_enough_texts_wait() -> None:
+    async def scenario() -> None:
+        inner = SlowEmbedder(seconds=0.2)
+        embedder = CoalescingEmbedder(inner, max_in_flight=1, overlap_texts=3)
+        first = asyncio.create_task(embedder.embed(["running"]))
+        await asyncio.sleep(0)
+        two = [asyncio.create_task(embedder.embed([t])) for t in ("a", "b")]
+        await asyncio.sleep(0.05)
+        assert len(inner.calls) == 1  # 2 texts waiting: not worth a call of their own
+        three = [*two, asyncio.create_task(embedder.embed(["c"]))]
+        await asyncio.sleep(0.05)
+        assert inner.calls == [["running"], ["a", "b", "c"]]  # sent while the first still runs
+        later = [asyncio.create_task(embedder.embed([t])) for t in ("d", "e", "f")]
+        await asyncio.sleep(0.05)
+        assert len(inner.calls) == 2  # never more than one call beyond max_in_flight
+        await asyncio.gather(first, *three, *later)
+        assert inner.calls[2] == ["d", "e", "f"]
+
+    asyncio.run(scenario())
+
+
 def test_a_bad_text_fails_only_its_own_request() -> None:
     async def scenario() -> None:
         inner = SlowEmbedder()
