@@ -45,10 +45,14 @@ class GatewayError(Exception):
         param: str | None = None,
         headers: dict[str, str] | None = None,
         code: str | None = None,
+        detail: str = "",
     ) -> None:
+        """`message` is the client's; `detail` (a driver's exception, which may name hosts and paths) only
+        the operator's: it is logged where the error is answered, and `str()` includes it."""
         message = shorten(message)
-        super().__init__(message)
+        super().__init__(f"{message}: {detail}" if detail else message)
         self.message = message
+        self.detail = detail
         self.param = param
         self.headers = headers or {}
         if code is not None:
@@ -140,7 +144,7 @@ def error_body(message: str, type_: str, param: str | None = None, code: str | N
 
 async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
-    if str(exc) != exc.message:  # a detail kept from the client (a host, a path): the operator gets it
+    if exc.detail:
         log.warning("%s %s answered %d: %s", request.method, request.url.path, exc.status_code, exc)
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers)
 

@@ -165,7 +165,7 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
 
 def _status_of(exc: Exception, method: str) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
     if isinstance(exc, GatewayError):
-        if str(exc) != exc.message:  # a detail kept from the client (a host, a path): the operator gets it
+        if exc.detail:
             logger.warning("gRPC method %s failed: %s", method, exc)
         return status_for(exc), exc.message, trailers_for(exc)
     logger.error("unhandled error in gRPC method %s", method, exc_info=exc)

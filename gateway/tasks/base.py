@@ -18,19 +18,10 @@ from gateway.tasks.model import Task, TaskState
 
 
 class TaskStoreError(UpstreamUnavailableError):
-    """The store could not be reached or answered nonsense; the task operation fails with 503.
-
-    The client reads `message`; `detail` (the driver's exception, which may name hosts and paths) goes
-    only to the logs, through `str()`."""
+    """The store could not be reached or answered nonsense; the task operation fails with 503 (the
+    driver's exception in `detail`, for the log)."""
 
     code = "task_store_unavailable"
-
-    def __init__(self, message: str, *, detail: str = "") -> None:
-        super().__init__(message)
-        self.detail = detail
-
-    def __str__(self) -> str:
-        return f"{self.message}: {self.detail}" if self.detail else self.message
 
 
 class TaskChanges(Protocol):
