@@ -52,12 +52,12 @@ log = logging.getLogger(__name__)
 @asynccontextmanager
 async def chat_service(settings: Settings, embeddings: EmbeddingService) -> AsyncIterator[ChatService]:
     """The chat service with its pooled upstream client, answer caches and shared quota."""
-    redis_url = settings.cache.redis_url.get_secret_value() if settings.cache.redis_url else None
+    redis_url = settings.redis.url_value()
     async with AsyncExitStack() as stack:
-        llm = await stack.enter_async_context(LLMClient(settings.llm))
+        llm = await stack.enter_async_context(LLMClient(settings.hunyuan))
         cache = None
         if redis_url or settings.cache.chat_cache_mb > 0:
-            store = build_store(settings.cache, memory_mb=settings.cache.chat_cache_mb)
+            store = build_store(settings.redis, memory_mb=settings.cache.chat_cache_mb)
             ttl = TtlPolicy(
                 settings.cache.chat_cache_ttl_base_seconds,
                 settings.cache.chat_cache_ttl_per_char_seconds,
@@ -68,37 +68,25 @@ async def chat_service(settings: Settings, embeddings: EmbeddingService) -> Asyn
         semantic = semantic_index(settings, embeddings, redis_url)
         if semantic is not None:
             stack.push_async_callback(semantic.aclose)
-        quota = settings.quota
-        limiter = build_limiter(
-            QuotaConfig(
-                requests_per_second=quota.requests_per_second,
-                max_concurrent=quota.max_concurrent,
-                tokens_per_minute=quota.tokens_per_minute,
-                max_wait_seconds=quota.max_wait_seconds,
-                rate_margin_seconds=quota.rate_margin_seconds,
-                lease_seconds=quota.lease_seconds,
-            ),
-            redis_url,
-            name="hunyuan",
-        )
+        limiter = build_limiter(QuotaConfig(**settings.hunyuan.quota.model_dump()), redis_url, name="hunyuan")
         stack.push_async_callback(limiter.aclose)
         yield ChatService(
             llm,
             cache,
             semantic,
             limiter,
-            BreakerBoard(settings.llm.breaker_failures, settings.llm.breaker_reset_seconds),
-            settings.llm.fallbacks(),
+            BreakerBoard(settings.hunyuan.breaker_failures, settings.hunyuan.breaker_reset_seconds),
+            settings.hunyuan.fallbacks(),
             max_prompt_chars=settings.limits.max_prompt_chars,
-            timeout_seconds=settings.llm.total_timeout_seconds,
+            timeout_seconds=settings.hunyuan.total_timeout_seconds,
         )
 
 
 @asynccontextmanager
 async def image_service(settings: Settings) -> AsyncIterator[ImageService]:
     """Image tasks: the task store, the fal queue client, the webhook verifier and this replica's runner."""
-    config, tasks = settings.images, settings.tasks
-    redis_url = settings.cache.redis_url.get_secret_value() if settings.cache.redis_url else None
+    config, tasks = settings.video, settings.tasks
+    redis_url = settings.redis.url_value()
     owner = replica_name()
     async with AsyncExitStack() as stack:
         store = build_task_store(redis_url, tasks.sqlite_path)
@@ -172,7 +160,7 @@ def semantic_index(settings: Settings, embeddings: EmbeddingService, redis_url: 
         return None
     matcher: Matcher = SimHashMatcher() if config.matcher == "simhash" else EmbeddingMatcher(embeddings)
     store: SemanticStore = (
-        RedisSemanticStore(redis_url, settings.cache.redis_timeout_seconds) if redis_url else MemorySemanticStore()
+        RedisSemanticStore(redis_url, settings.redis.timeout_seconds) if redis_url else MemorySemanticStore()
     )
     return SemanticIndex(store, matcher, config.threshold, max_entries_per_context=config.max_entries_per_context)
 
@@ -192,9 +180,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 stack.push_async_callback(client.aclose)
                 triton = CoalescingEmbedder(client, max_in_flight=settings.triton.max_in_flight_calls)
             cache = None
-            if settings.cache.redis_url is not None or settings.cache.embedding_cache_mb > 0:
+            if settings.redis.url is not None or settings.cache.embedding_cache_mb > 0:
                 cache = EmbeddingCache(
-                    build_store(settings.cache), ttl_seconds=settings.cache.embedding_cache_ttl_seconds
+                    build_store(settings.redis, memory_mb=settings.cache.embedding_cache_mb),
+                    ttl_seconds=settings.cache.embedding_cache_ttl_seconds,
                 )
                 stack.push_async_callback(cache.aclose)
             service = EmbeddingService(triton, cache, settings.limits)

@@ -39,15 +39,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
-from redis.exceptions import RedisError
-
 from gateway import metrics
-from gateway.cache.redis_store import redis_client
 from gateway.errors import OverloadedError
+from gateway.redis_client import REDIS_FAILURES, redis_client
 
 log = logging.getLogger(__name__)
 
-REDIS_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
 Reason = Literal["rate", "concurrency", "tokens", "queue"]
 
 

@@ -6,9 +6,11 @@ the Helm chart's values map 1:1 to these variables.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Literal
 
 from pydantic import Field, SecretStr
+from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -50,7 +52,7 @@ class TritonSettings(BaseSettings):
         "that the encoder need not wait for a round trip: fewer, larger calls under load, no added delay "
         "when quiet. Higher: more parallel calls, smaller batches; worth it where Triton has its own cores or GPU "
         "and the network round trip is to be hidden (the Helm chart sets 4). With Triton on the gateway's cores, "
-        "1 was fastest: single texts at concurrency 8 and 32 made 8 % and 5 % more texts/s than with 4.",
+        "1 is best: the encoder gets the largest batches and no call competes with it for the cores.",
     )
 
 
@@ -93,14 +95,31 @@ class LimitSettings(BaseSettings):
     )
 
 
+class RedisSettings(BaseSettings):
+    """Redis, shared by all replicas: the caches, the upstream quotas and the video task records."""
+
+    model_config = SettingsConfigDict(env_prefix="REDIS_", frozen=True)
+
+    url: SecretStr | None = Field(
+        None,
+        description="Redis URL (may hold a password). Unset: caches in process memory, quotas per replica, video "
+        "tasks in SQLite (one replica).",
+    )
+    timeout_seconds: float = Field(
+        0.25,
+        description="Socket timeout of every Redis call; a slow Redis degrades to cache misses and local quotas, "
+        "never to slow answers.",
+    )
+
+    def url_value(self) -> str | None:
+        return self.url.get_secret_value() if self.url is not None else None
+
+
 class CacheSettings(BaseSettings):
+    """The embedding cache and the exact chat answer cache (in Redis when REDIS_URL is set)."""
+
     model_config = SettingsConfigDict(frozen=True, populate_by_name=True)
 
-    redis_url: SecretStr | None = Field(
-        None,
-        validation_alias="REDIS_URL",
-        description="Redis for caches shared by all replicas; unset: in-process memory. May hold a password.",
-    )
     embedding_cache_mb: float = Field(
         256.0,
         validation_alias="EMBEDDING_CACHE_MB",
@@ -125,15 +144,31 @@ class CacheSettings(BaseSettings):
     chat_cache_ttl_max_seconds: int = Field(
         24 * 3600, validation_alias="CHAT_CACHE_TTL_MAX_SECONDS", description="...up to this."
     )
-    redis_timeout_seconds: float = Field(
-        0.25,
-        validation_alias="REDIS_TIMEOUT_SECONDS",
-        description="Socket timeout of cache calls; a slow Redis degrades to cache misses, never to slow answers.",
+
+
+class HunyuanQuotaSettings(BaseSettings):
+    """The Hunyuan account's quota, enforced across all replicas when REDIS_URL is set."""
+
+    model_config = SettingsConfigDict(env_prefix="HUNYUAN_", frozen=True)
+
+    requests_per_second: float = Field(20.0, description="Account QPS quota (Hunyuan's default is 20).")
+    max_concurrent: int = Field(5, description="Concurrent calls allowed by the account (Hunyuan's default is 5).")
+    tokens_per_minute: int | None = Field(None, description="Optional token budget per minute; unset: not limited.")
+    max_wait_seconds: float = Field(
+        10.0, description="How long a request may wait for a quota slot before it gets 429 with Retry-After."
+    )
+    rate_margin_seconds: float = Field(
+        0.05,
+        description="Calls are spaced (1 s + margin) / rate apart: the upstream counts arrivals, which network "
+        "jitter bunches; costs the margin's share of the rate.",
+    )
+    lease_seconds: float = Field(
+        120.0, description="A concurrency slot held by a crashed replica frees itself after this (live calls renew)."
     )
 
 
-class LLMSettings(BaseSettings):
-    """Hunyuan, Tencent's OpenAI-compatible chat API."""
+class HunyuanSettings(BaseSettings):
+    """Hunyuan, Tencent's OpenAI-compatible chat API, and the account's quota."""
 
     model_config = SettingsConfigDict(env_prefix="HUNYUAN_", frozen=True)
 
@@ -166,6 +201,7 @@ class LLMSettings(BaseSettings):
     breaker_reset_seconds: float = Field(
         30.0, description="How long an open breaker answers 503 before one probe call."
     )
+    quota: HunyuanQuotaSettings = Field(default_factory=HunyuanQuotaSettings)
 
     def fallbacks(self) -> dict[str, list[str]]:
         chains: dict[str, list[str]] = {}
@@ -183,7 +219,7 @@ class SemanticCacheSettings(BaseSettings):
     matcher: Literal["off", "embedding", "simhash"] = Field(
         "simhash",
         description="'embedding': cosine of the stack's own embeddings; 'simhash': 64-bit SimHash of character "
-        "3-grams. Measured with `make eval-cache` on the default model, only simhash kept false hits under 1 %.",
+        "3-grams, the default because it gives the fewest false hits on the default model (`make eval-cache`).",
     )
     threshold: float = Field(
         0.88,
@@ -193,35 +229,14 @@ class SemanticCacheSettings(BaseSettings):
     max_entries_per_context: int = Field(200, description="Questions remembered per model, parameters and history.")
 
 
-class QuotaSettings(BaseSettings):
-    """The upstream account's quota, enforced across all replicas when REDIS_URL is set."""
-
-    model_config = SettingsConfigDict(env_prefix="HUNYUAN_", frozen=True)
-
-    requests_per_second: float = Field(20.0, description="Account QPS quota (Hunyuan's default is 20).")
-    max_concurrent: int = Field(5, description="Concurrent calls allowed by the account (Hunyuan's default is 5).")
-    tokens_per_minute: int | None = Field(None, description="Optional token budget per minute; unset: not limited.")
-    max_wait_seconds: float = Field(
-        10.0, description="How long a request may wait for a quota slot before it gets 429 with Retry-After."
-    )
-    rate_margin_seconds: float = Field(
-        0.05,
-        description="Calls are spaced (1 s + margin) / rate apart: the upstream counts arrivals, which network "
-        "jitter bunches; costs the margin's share of the rate.",
-    )
-    lease_seconds: float = Field(
-        120.0, description="A concurrency slot held by a crashed replica frees itself after this (live calls renew)."
-    )
-
-
-class ImageSettings(BaseSettings):
-    """Pika video/image generation through fal.ai's queue API, run as asynchronous tasks."""
+class VideoSettings(BaseSettings):
+    """Pika video generation through fal.ai's queue API, run as asynchronous tasks."""
 
     model_config = SettingsConfigDict(env_prefix="PIKA_", frozen=True)
 
     base_url: str = Field("https://queue.fal.run", description="fal queue base URL.")
     api_key: SecretStr | None = Field(
-        None, description="fal API key (sent as 'Authorization: Key ...'); unset: image routes answer 503 naming it."
+        None, description="fal API key (sent as 'Authorization: Key ...'); unset: video routes answer 503 naming it."
     )
     model_path: str = Field("fal-ai/pika/v2.2/text-to-video", description="fal app and endpoint to submit to.")
     webhook_jwks_url: str = Field(
@@ -255,7 +270,7 @@ class ImageSettings(BaseSettings):
 
 
 class TaskStoreSettings(BaseSettings):
-    """Where task records live: SQLite on disk (one replica) or, with REDIS_URL, Redis (all replicas)."""
+    """Where video task records live: SQLite on disk (one replica) or, with REDIS_URL, Redis (all replicas)."""
 
     model_config = SettingsConfigDict(env_prefix="TASKS_", frozen=True)
 
@@ -295,10 +310,38 @@ class Settings(BaseSettings):
     triton: TritonSettings = Field(default_factory=TritonSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
-    llm: LLMSettings = Field(default_factory=LLMSettings)
-    quota: QuotaSettings = Field(default_factory=QuotaSettings)
+    hunyuan: HunyuanSettings = Field(default_factory=HunyuanSettings)
     semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)
-    images: ImageSettings = Field(default_factory=ImageSettings)
+    video: VideoSettings = Field(default_factory=VideoSettings)
     tasks: TaskStoreSettings = Field(default_factory=TaskStoreSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
+
+
+def settings_groups(root: type[BaseSettings] = Settings) -> Iterator[type[BaseSettings]]:
+    """Every settings class `root` is made of, depth first (a group may hold groups, e.g. the Hunyuan quota)."""
+    for field in root.model_fields.values():
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, BaseSettings):
+            yield group
+            yield from settings_groups(group)
+
+
+def environment_variables(group: type[BaseSettings]) -> dict[str, FieldInfo]:
+    """The variables `group` reads itself (its own fields, not its groups'), by name: env_prefix + field name, or
+    the field's validation_alias."""
+    prefix = str(group.model_config.get("env_prefix", ""))
+    variables: dict[str, FieldInfo] = {}
+    for name, field in group.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseSettings):
+            continue
+        alias = field.validation_alias
+        variables[alias.upper() if isinstance(alias, str) else f"{prefix}{name}".upper()] = field
+    return variables
+
+
+def all_environment_variables() -> set[str]:
+    """Every variable the gateway reads."""
+    return {name for group in settings_groups() for name in environment_variables(group)}

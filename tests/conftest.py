@@ -11,6 +11,7 @@ import pytest
 
 from export.checkpoint import Checkpoint, resolve_checkpoint
 from export.pipeline import main_export
+from gateway.settings import all_environment_variables
 from localtriton.ports import free_port
 from localtriton.server import TritonProcess
 
@@ -18,32 +19,14 @@ pytest_plugins = ["tests.redis_fixtures", "tests.hunyuan_fixtures", "tests.pika_
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACKED_REPOSITORY = ROOT / "model_repository"
-GATEWAY_VARIABLES = (
-    "MODEL",
-    "TRITON_URL",
-    "TRITON_HTTP_PORT",
-    "TRITON_GRPC_PORT",
-    "TRITON_METRICS_PORT",
-    "REDIS_URL",
-    "GATEWAY_API_KEYS",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "EMBEDDING_CACHE_MB",
-    "CHAT_CACHE_MB",
-    "HUNYUAN_BASE_URL",
-    "HUNYUAN_API_KEY",
-    "HUNYUAN_FALLBACK_MODELS",
-    "PIKA_BASE_URL",
-    "PIKA_API_KEY",
-    "PIKA_WEBHOOK_JWKS_URL",
-    "GATEWAY_PUBLIC_URL",
-    "TASKS_SQLITE_PATH",
-)
+# What `make export` and localtriton read, besides every variable of the gateway's settings.
+TOOL_VARIABLES = ("MODEL", "TRITON_HTTP_PORT", "TRITON_GRPC_PORT", "TRITON_METRICS_PORT")
 
 
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test sees the developer's settings; none may reach a model hub."""
-    for name in GATEWAY_VARIABLES:
+    for name in (*all_environment_variables(), *TOOL_VARIABLES):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 

@@ -4,31 +4,21 @@ The cache only saves work, so a failing Redis must cost as little as possible:
 every redis, socket or timeout failure becomes `CacheStoreError` (callers serve
 without the cache), and after one failure calls fail fast, without touching the
 network, for `backoff_seconds`, so a dead Redis adds no latency to each request.
-Retries are limited to one immediate reconnect after a dropped connection;
-redis-py's default (exponential back-off, timeouts included) would turn a
-hung Redis into seconds of latency per call.
+The client comes from `gateway.redis_client` (bounded pool, one reconnect).
 
 The URL may hold a password: it is never put into messages or logs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-
 from gateway.cache.base import CacheStoreError
+from gateway.redis_client import REDIS_FAILURES, redis_client
 
 T = TypeVar("T")
-
-STORE_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
 
 
 class RedisBackedStore:
@@ -62,7 +52,7 @@ class RedisBackedStore:
             raise CacheStoreError(f"redis {operation} skipped: backing off after a failure, {wait:.2f} s left")
         try:
             return await command()
-        except STORE_FAILURES as exc:
+        except REDIS_FAILURES as exc:
             self._retry_at = self._clock() + self.backoff_seconds
             raise CacheStoreError(f"redis {operation} failed: {type(exc).__name__}: {exc}") from exc
 
@@ -94,25 +84,3 @@ class RedisStore(RedisBackedStore):
             for key, value in items.items():
                 pipe.set(key, value, ex=ttl_seconds)
             await pipe.execute()
-
-
-# Connections per process. Requests queue for one of these instead of opening a socket each: a burst
-# of hundreds of concurrent connects would itself time out on a busy host.
-MAX_CONNECTIONS = 16
-
-
-def redis_client(url: str, timeout_seconds: float, health_check_interval: int = 30) -> aioredis.Redis:
-    """The client over a bounded pool; a malformed URL is reported without echoing any part of it."""
-    try:
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=MAX_CONNECTIONS,
-            timeout=timeout_seconds,
-            socket_timeout=timeout_seconds,
-            socket_connect_timeout=timeout_seconds,
-            health_check_interval=health_check_interval,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
-        )
-    except ValueError:
-        raise ValueError("REDIS_URL is malformed (expected redis://, rediss:// or unix://)") from None
-    return aioredis.Redis.from_pool(pool)  # the client owns the pool and closes it

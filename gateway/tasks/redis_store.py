@@ -37,16 +37,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
-
-from gateway.cache.redis_store import redis_client
+from gateway.redis_client import REDIS_FAILURES, redis_client
 from gateway.tasks.base import ChangeNotifier, Lease, TaskChanges, TaskStoreError
 from gateway.tasks.model import OPEN_STATES, TERMINAL_STATES, Task, TaskState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-STORE_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
 MIN_TERMINAL_TTL_MS = 1000  # an ended task stays readable long enough for its watchers to see the outcome
 RECONNECT_DELAYS = (0.05, 2.0)  # first and longest pause between pub/sub reconnection attempts, seconds
 
@@ -207,7 +204,7 @@ class RedisTaskStore:
                         origin, _, task_id = _text(message["data"]).partition(" ")
                         if origin != self._origin:
                             self._notifier.notify(task_id)
-            except STORE_FAILURES as exc:
+            except REDIS_FAILURES as exc:
                 level = logging.WARNING if delay == RECONNECT_DELAYS[0] else logging.DEBUG  # once per outage
                 log.log(level, "task change feed lost (%s: %s); reconnecting with back-off", type(exc).__name__, exc)
             except Exception:  # the feed must outlive a surprise; watchers fall back to re-reading meanwhile
@@ -227,7 +224,7 @@ class RedisTaskStore:
     async def _call(self, operation: str, command: Callable[[], Awaitable[T]]) -> T:
         try:
             return await command()
-        except STORE_FAILURES as exc:
+        except REDIS_FAILURES as exc:
             raise TaskStoreError(f"redis {operation} failed", detail=f"{type(exc).__name__}: {exc}") from exc
 
     def _task_key(self, task_id: str) -> str:

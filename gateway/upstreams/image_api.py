@@ -26,14 +26,12 @@ from pydantic import SecretStr
 
 from gateway.errors import (
     GatewayError,
-    InvalidRequestError,
-    NotFoundError,
-    OverloadedError,
     UpstreamError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
     without_secret,
 )
+from gateway.upstreams.http_errors import UpstreamErrors
 from gateway.upstreams.pool import PooledSession
 
 FalState = Literal["IN_QUEUE", "IN_PROGRESS", "COMPLETED"]
@@ -51,6 +49,9 @@ class ImageUnavailableError(UpstreamUnavailableError):
 
 class ImageTimeoutError(UpstreamTimeoutError):
     pass
+
+
+ERRORS = UpstreamErrors("image upstream", KEY_ENV, ImageUpstreamError, ImageUnavailableError)
 
 
 class ImageNotConfiguredError(UpstreamUnavailableError):
@@ -194,7 +195,6 @@ def _json_object(reply: _Reply, what: str) -> dict[str, Any]:
 
 def _error_of(reply: _Reply, api_key: SecretStr | None) -> GatewayError:
     """fal's error in our classes; its message passes through (an echoed key redacted), our credentials never do."""
-    status = reply.status
     try:
         payload = json.loads(reply.body)
         detail = payload.get("detail", payload) if isinstance(payload, dict) else payload
@@ -202,22 +202,7 @@ def _error_of(reply: _Reply, api_key: SecretStr | None) -> GatewayError:
     except ValueError:
         message = reply.reason
     message = without_secret(message, api_key)
-    if status in (401, 403):
-        return ImageUpstreamError(f"image upstream rejected the gateway's credentials ({status}; check {KEY_ENV})")
-    if status == 429:
-        retry_after = reply.headers.get("retry-after", "1")
-        try:
-            seconds = int(float(retry_after))
-        except ValueError:
-            seconds = 1
-        return OverloadedError(f"image upstream quota exceeded: {message}", retry_after=max(1, seconds))
-    if status in (400, 422):
-        return InvalidRequestError(f"image upstream rejected the request ({status}): {message}")
-    if status == 404:
-        return NotFoundError(f"image upstream: {message}")
-    if status in (502, 503, 504):
-        return ImageUnavailableError(f"image upstream unavailable ({status}): {message}")
-    return ImageUpstreamError(f"image upstream failed ({status}): {message}")
+    return ERRORS.of_status(reply.status, message, reply.headers.get("retry-after"))
 
 
 # Pika v2.2 on fal takes an aspect ratio and a resolution rather than pixel sizes.

@@ -27,15 +27,13 @@ from pydantic import SecretStr
 from gateway import metrics
 from gateway.errors import (
     GatewayError,
-    InvalidRequestError,
-    NotFoundError,
-    OverloadedError,
     UpstreamError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
     without_secret,
 )
-from gateway.settings import LLMSettings
+from gateway.settings import HunyuanSettings
+from gateway.upstreams.http_errors import UpstreamErrors, retry_after_seconds
 from gateway.upstreams.pool import PooledSession
 
 tracer = trace.get_tracer(__name__)
@@ -51,6 +49,11 @@ class LLMUpstreamError(UpstreamError):
 
 class LLMUnavailableError(UpstreamUnavailableError):
     pass
+
+
+ERRORS = UpstreamErrors(
+    "chat upstream", "HUNYUAN_API_KEY", LLMUpstreamError, LLMUnavailableError, not_found_param="model"
+)
 
 
 class LLMTimeoutError(UpstreamTimeoutError):
@@ -77,7 +80,7 @@ class _RetryableError(Exception):
 class LLMClient:
     """Chat completions against `settings.base_url`; use as an async context manager or call `aclose`."""
 
-    def __init__(self, settings: LLMSettings) -> None:
+    def __init__(self, settings: HunyuanSettings) -> None:
         self._settings = settings
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
         self._pool = PooledSession(
@@ -184,11 +187,9 @@ class LLMClient:
         raise error
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return float(min(float(retry_after), self._settings.total_timeout_seconds))
-            except ValueError:
-                pass
+        seconds = retry_after_seconds(retry_after)
+        if seconds is not None:
+            return min(seconds, self._settings.total_timeout_seconds)
         base: float = self._settings.retry_base_seconds * 2.0**attempt
         return base + _jitter.uniform(0.0, base)
 
@@ -236,17 +237,4 @@ async def _error_of(response: aiohttp.ClientResponse, api_key: SecretStr | None)
     except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError):
         message = response.reason or ""
     message = without_secret(message, api_key)
-    status = response.status
-    if status == 400:
-        return InvalidRequestError(f"upstream rejected the request: {message}", code=code)
-    if status == 404:
-        return NotFoundError(f"upstream: {message}", param="model", code=code)
-    if status == 429:
-        retry_after = response.headers.get("retry-after", "1")
-        seconds = int(float(retry_after)) if retry_after.replace(".", "", 1).isdigit() else 1
-        return OverloadedError(f"upstream quota exceeded: {message}", retry_after=max(1, seconds))
-    if status in (401, 403):
-        return LLMUpstreamError("upstream rejected the gateway's credentials (check HUNYUAN_API_KEY)")
-    if status in (502, 503, 504):
-        return LLMUnavailableError(f"chat upstream unavailable ({status}): {message}")
-    return LLMUpstreamError(f"chat upstream failed ({status}): {message}")
+    return ERRORS.of_status(response.status, message, response.headers.get("retry-after"), code=code)

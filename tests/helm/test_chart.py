@@ -78,18 +78,10 @@ def container(manifest: Manifest, name: str) -> Manifest:
 
 
 def settings_env_names() -> set[str]:
-    """Every environment variable gateway.settings.Settings reads (env_prefix + field name, or validation_alias)."""
-    from gateway.settings import Settings
+    """Every environment variable gateway.settings.Settings reads."""
+    from gateway.settings import all_environment_variables
 
-    names: set[str] = set()
-    for field in Settings.model_fields.values():
-        group = field.annotation
-        assert isinstance(group, type)
-        prefix = str(group.model_config.get("env_prefix", ""))
-        for name, sub in group.model_fields.items():
-            alias = sub.validation_alias
-            names.add(alias.upper() if isinstance(alias, str) else f"{prefix}{name}".upper())
-    return names
+    return all_environment_variables()
 
 
 def gateway_env_names(scenario: str) -> set[str]:

@@ -23,7 +23,7 @@ from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache, embedding_
 from gateway.cache.memory import MemoryStore
 from gateway.cache.redis_store import RedisStore
 from gateway.cache.stores import build_store
-from gateway.settings import CacheSettings
+from gateway.settings import CacheSettings, RedisSettings
 from localtriton.ports import free_port
 from tests.redis_fixtures import RedisServer
 
@@ -294,7 +294,7 @@ def test_malformed_url_is_not_echoed() -> None:
 
 def test_build_store_uses_redis_when_configured(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", redis_url)
-    store = build_store(CacheSettings())
+    store = build_store(RedisSettings(), memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(store, RedisStore)
 
     async def scenario() -> None:
@@ -309,9 +309,9 @@ def test_build_store_uses_redis_when_configured(redis_url: str, monkeypatch: pyt
 
 def test_build_store_falls_back_to_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBEDDING_CACHE_MB", "1.5")
-    store = build_store(CacheSettings())
+    store = build_store(RedisSettings(), memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(store, MemoryStore)
     assert store.max_bytes == 1572864
     monkeypatch.setenv("EMBEDDING_CACHE_MB", "0")
-    disabled = build_store(CacheSettings())
+    disabled = build_store(RedisSettings(), memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(disabled, MemoryStore) and disabled.max_bytes == 0

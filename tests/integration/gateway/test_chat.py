@@ -12,7 +12,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from gateway.settings import CacheSettings, LLMSettings
+from gateway.settings import CacheSettings, HunyuanSettings, RedisSettings
 from localtriton.server import TritonProcess
 from tests.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.integration.gateway.conftest import RunningGateway
@@ -22,17 +22,17 @@ pytestmark = pytest.mark.slow
 KEY = "sim-key-secret"
 
 
-def llm(simulator: RunningHunyuanSimulator, **overrides: Any) -> LLMSettings:
+def llm(simulator: RunningHunyuanSimulator, **overrides: Any) -> HunyuanSettings:
     simulator.config.api_key = KEY
     values: dict[str, Any] = {"base_url": simulator.base_url, "api_key": SecretStr(KEY), "retry_base_seconds": 0.01}
-    return LLMSettings(**{**values, **overrides})
+    return HunyuanSettings(**{**values, **overrides})
 
 
 @pytest.fixture
 def chat_gateway(
     hunyuan_simulator: RunningHunyuanSimulator, triton: TritonProcess, gateway_factory: Callable[..., RunningGateway]
 ) -> RunningGateway:
-    return gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), cache=CacheSettings(embedding_cache_mb=0))
+    return gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), cache=CacheSettings(embedding_cache_mb=0))
 
 
 def ask(text: str, **extra: Any) -> dict[str, Any]:
@@ -106,7 +106,7 @@ def test_finished_streams_give_their_upstream_connection_back_to_the_pool(
     http: httpx.Client,
 ) -> None:
     cache = CacheSettings(embedding_cache_mb=0, chat_cache_mb=0)  # no cache: streams still count their tokens
-    base = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), cache=cache).base_url
+    base = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), cache=cache).base_url
     url = f"{base}/v1/chat/completions"
 
     def completion_tokens() -> float:  # the registry is per process: compare, do not read absolutes
@@ -162,7 +162,7 @@ def test_slow_silent_and_unreachable_upstreams_fail_in_the_error_shape(
     http: httpx.Client,
 ) -> None:
     settings = llm(hunyuan_simulator, first_byte_timeout_seconds=0.3, max_retries=0)
-    url = f"{gateway_factory(triton.grpc_url, llm=settings).base_url}/v1/chat/completions"
+    url = f"{gateway_factory(triton.grpc_url, hunyuan=settings).base_url}/v1/chat/completions"
     hunyuan_simulator.config.ttft_seconds = 1.0  # no first byte within 0.3 s
     slow = http.post(url, json=ask("slow start"))
     assert slow.status_code == 504 and "in time" in slow.json()["error"]["message"]
@@ -172,9 +172,9 @@ def test_slow_silent_and_unreachable_upstreams_fail_in_the_error_shape(
         assert response.status_code == 200
         payloads = sse_payloads(response.iter_lines())
     assert payloads[-1] == "[DONE]" and "stream" in json.loads(payloads[-2])["error"]["message"]
-    unreachable = LLMSettings(base_url="http://127.0.0.1:9/v1", api_key=SecretStr(KEY), retry_base_seconds=0.01)
+    unreachable = HunyuanSettings(base_url="http://127.0.0.1:9/v1", api_key=SecretStr(KEY), retry_base_seconds=0.01)
     down = http.post(
-        f"{gateway_factory(triton.grpc_url, llm=unreachable).base_url}/v1/chat/completions", json=ask("hi")
+        f"{gateway_factory(triton.grpc_url, hunyuan=unreachable).base_url}/v1/chat/completions", json=ask("hi")
     )
     assert down.status_code == 503 and "unreachable" in down.json()["error"]["message"]
     assert KEY not in slow.text + down.text
@@ -186,10 +186,10 @@ def test_429_and_5xx_before_the_first_byte_are_retried_at_the_quotas_rate(
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    from gateway.settings import QuotaSettings
+    from gateway.settings import HunyuanQuotaSettings
 
-    quota = QuotaSettings(requests_per_second=5, rate_margin_seconds=0)  # arrivals 200 ms apart
-    gateway = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), quota=quota)
+    quota = HunyuanQuotaSettings(requests_per_second=5, rate_margin_seconds=0)  # arrivals 200 ms apart
+    gateway = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator, quota=quota))
     hunyuan_simulator.config.fail_next = [429, 500]  # the 429 says Retry-After: 1, the 500 nothing (10-20 ms)
     response = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("retry me"))
     assert response.status_code == 200
@@ -206,7 +206,7 @@ def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
     http: httpx.Client,
 ) -> None:
     settings = llm(hunyuan_simulator, max_retries=0, breaker_failures=2, breaker_reset_seconds=0.5)
-    gateway = gateway_factory(triton.grpc_url, llm=settings)
+    gateway = gateway_factory(triton.grpc_url, hunyuan=settings)
     url = f"{gateway.base_url}/v1/chat/completions"
     hunyuan_simulator.config.fail_next = [500, 500]
     assert http.post(url, json=ask("a")).status_code == 502
@@ -221,7 +221,7 @@ def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
     assert http.post(url, json=ask("e")).status_code == 200
 
     fallback = gateway_factory(
-        triton.grpc_url, llm=llm(hunyuan_simulator, max_retries=0, fallback_models="hunyuan-pro=hunyuan-standard")
+        triton.grpc_url, hunyuan=llm(hunyuan_simulator, max_retries=0, fallback_models="hunyuan-pro=hunyuan-standard")
     )
     hunyuan_simulator.config.fail_next = [500]
     answer = http.post(f"{fallback.base_url}/v1/chat/completions", json={**ask("f"), "model": "hunyuan-pro"})
@@ -240,7 +240,7 @@ def test_a_probe_with_no_verdict_on_the_upstream_does_not_keep_the_model_shut(
     """The half-open probe is rejected as a bad request (upstream 400): the upstream is up, and the next
     call probes again instead of the breaker waiting forever for a verdict."""
     settings = llm(hunyuan_simulator, max_retries=0, breaker_failures=1, breaker_reset_seconds=0.3)
-    gateway = gateway_factory(triton.grpc_url, llm=settings)
+    gateway = gateway_factory(triton.grpc_url, hunyuan=settings)
     url = f"{gateway.base_url}/v1/chat/completions"
     hunyuan_simulator.config.fail_next = [500]
     assert http.post(url, json=ask("a")).status_code == 502
@@ -295,7 +295,7 @@ def test_missing_api_key_is_503_naming_the_variable(
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    gateway = gateway_factory(triton.grpc_url, llm=LLMSettings(base_url=hunyuan_simulator.base_url))
+    gateway = gateway_factory(triton.grpc_url, hunyuan=HunyuanSettings(base_url=hunyuan_simulator.base_url))
     response = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("hi"))
     assert response.status_code == 503 and "HUNYUAN_API_KEY" in response.json()["error"]["message"]
     assert http.post(f"{gateway.base_url}/v1/embeddings", json={"input": "still works"}).status_code == 200
@@ -308,8 +308,8 @@ def test_answer_is_shared_by_replicas_through_redis(
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    shared = CacheSettings(redis_url=SecretStr(redis_url))
-    first, second = (gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), cache=shared) for _ in range(2))
+    shared = RedisSettings(url=SecretStr(redis_url))
+    first, second = (gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), redis=shared) for _ in range(2))
     assert http.post(f"{first.base_url}/v1/chat/completions", json=ask("shared?")).headers["x-cache"] == "miss"
     time.sleep(0.05)
     assert http.post(f"{second.base_url}/v1/chat/completions", json=ask("shared?")).headers["x-cache"] == "hit"
@@ -391,7 +391,7 @@ def test_semantic_cache_serves_paraphrases_only(
     from gateway.settings import SemanticCacheSettings
 
     semantic = SemanticCacheSettings(matcher=matcher, threshold=threshold)
-    gateway = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), semantic=semantic)
+    gateway = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), semantic=semantic)
     url = f"{gateway.base_url}/v1/chat/completions"
     original = http.post(url, json=ask(question))
     assert original.headers["x-cache"] == "miss"
@@ -454,10 +454,10 @@ def test_no_quota_slot_within_the_wait_is_429_with_retry_after(
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    from gateway.settings import QuotaSettings
+    from gateway.settings import HunyuanQuotaSettings
 
-    quota = QuotaSettings(requests_per_second=0.5, max_wait_seconds=0.2)
-    gateway = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), quota=quota)
+    quota = HunyuanQuotaSettings(requests_per_second=0.5, max_wait_seconds=0.2)
+    gateway = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator, quota=quota))
     url = f"{gateway.base_url}/v1/chat/completions"
     assert http.post(url, json=ask("first")).status_code == 200
     refused = http.post(url, json=ask("second"))
@@ -474,12 +474,16 @@ def test_a_call_the_upstream_refused_gives_its_token_estimate_back(
 ) -> None:
     """1,000 tokens a minute and ~400 estimated per call: two refused calls keeping their estimates would
     leave too few for the next call for most of a minute."""
-    from gateway.settings import QuotaSettings
+    from gateway.settings import HunyuanQuotaSettings
 
     gateway = gateway_factory(
         triton.grpc_url,
-        llm=llm(hunyuan_simulator, max_retries=0, breaker_failures=10),
-        quota=QuotaSettings(tokens_per_minute=1000, max_wait_seconds=0.5),
+        hunyuan=llm(
+            hunyuan_simulator,
+            max_retries=0,
+            breaker_failures=10,
+            quota=HunyuanQuotaSettings(tokens_per_minute=1000, max_wait_seconds=0.5),
+        ),
     )
     url = f"{gateway.base_url}/v1/chat/completions"
     hunyuan_simulator.config.fail_next = [500, 500]
@@ -505,12 +509,11 @@ def test_a_completion_no_request_waits_for_any_more_is_cancelled_and_frees_its_q
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    from gateway.settings import LimitSettings, QuotaSettings
+    from gateway.settings import HunyuanQuotaSettings, LimitSettings
 
     gateway = gateway_factory(
         triton.grpc_url,
-        llm=llm(hunyuan_simulator),
-        quota=QuotaSettings(max_concurrent=1, max_wait_seconds=1.0),
+        hunyuan=llm(hunyuan_simulator, quota=HunyuanQuotaSettings(max_concurrent=1, max_wait_seconds=1.0)),
         limits=LimitSettings(request_timeout_seconds=0.5 if leaving == "request deadline" else 60.0),
     )
     url = f"{gateway.base_url}/v1/chat/completions"
@@ -565,7 +568,7 @@ def test_a_stream_may_outlast_the_request_deadline_once_it_has_begun(
 
     hunyuan_simulator.config.tokens_per_second = 10  # about 2 s for this answer
     limits = LimitSettings(request_timeout_seconds=0.5)
-    gateway = gateway_factory(triton.grpc_url, llm=llm(hunyuan_simulator), limits=limits)
+    gateway = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), limits=limits)
     response = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("a long streamed answer", stream=True))
     payloads = sse_payloads(iter(response.text.splitlines()))
     assert payloads[-1] == "[DONE]" and "error" not in payloads[-2]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -12,7 +13,7 @@ from pydantic import SecretStr
 from tritonclient.grpc import model_config_pb2 as mc
 
 from export.repository import copy_with_config
-from gateway.settings import CacheSettings
+from gateway.settings import CacheSettings, RedisSettings
 from localtriton.server import TritonProcess
 from tests.integration.gateway.conftest import RunningGateway, triton_requests
 from tests.integration.gateway.test_embeddings_rest import mixed_texts
@@ -22,10 +23,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(params=["memory", "redis"])
-def cache(request: pytest.FixtureRequest) -> CacheSettings:
+def cache(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The gateway's settings for an embedding cache in process memory or in Redis."""
     if request.param == "memory":
-        return CacheSettings(embedding_cache_mb=16)
-    return CacheSettings(redis_url=SecretStr(request.getfixturevalue("redis_url")))
+        return {"cache": CacheSettings(embedding_cache_mb=16)}
+    return {"redis": RedisSettings(url=SecretStr(request.getfixturevalue("redis_url")))}
 
 
 def embed(http: httpx.Client, gateway: RunningGateway, texts: list[str], **headers: str) -> httpx.Response:
@@ -35,10 +37,10 @@ def embed(http: httpx.Client, gateway: RunningGateway, texts: list[str], **heade
 
 
 def test_repeated_request_is_a_hit_without_calling_triton(
-    cache: CacheSettings, triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+    cache: dict[str, Any], triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
 ) -> None:
-    gateway = gateway_factory(triton.grpc_url, cache=cache)
-    texts = mixed_texts(5, tag=f"repeat-{cache.redis_url is not None}")
+    gateway = gateway_factory(triton.grpc_url, **cache)
+    texts = mixed_texts(5, tag=f"repeat-{'redis' in cache}")
     first = embed(http, gateway, texts)
     assert (first.headers["x-cache"], first.headers["x-cached-texts"]) == ("miss", "0")
     calls = triton_requests(triton)
@@ -50,10 +52,10 @@ def test_repeated_request_is_a_hit_without_calling_triton(
 
 
 def test_mixed_batch_makes_one_triton_call_for_the_misses_in_order(
-    cache: CacheSettings, triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+    cache: dict[str, Any], triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
 ) -> None:
-    gateway = gateway_factory(triton.grpc_url, cache=cache)
-    texts = mixed_texts(10, tag=f"mixed-{cache.redis_url is not None}")
+    gateway = gateway_factory(triton.grpc_url, **cache)
+    texts = mixed_texts(10, tag=f"mixed-{'redis' in cache}")
     known = embed(http, gateway, texts[::2]).json()["data"]
     calls = triton_requests(triton)
     mixed = embed(http, gateway, texts)
@@ -65,10 +67,10 @@ def test_mixed_batch_makes_one_triton_call_for_the_misses_in_order(
 
 
 def test_cache_control_no_cache_bypasses_the_cache(
-    cache: CacheSettings, triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+    cache: dict[str, Any], triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
 ) -> None:
-    gateway = gateway_factory(triton.grpc_url, cache=cache)
-    texts = mixed_texts(3, tag=f"bypass-{cache.redis_url is not None}")
+    gateway = gateway_factory(triton.grpc_url, **cache)
+    texts = mixed_texts(3, tag=f"bypass-{'redis' in cache}")
     embed(http, gateway, texts)
     calls = triton_requests(triton)
     assert embed(http, gateway, texts, **{"Cache-Control": "no-cache"}).headers["x-cache"] == "miss"
@@ -97,8 +99,8 @@ def test_a_new_model_revision_or_token_limit_never_serves_old_vectors(
         config.parameters[parameter].string_value = value
 
     redeployed = triton_factory(copy_with_config(minilm_repository, tmp_path / "repo", redeploy, model="bge"))
-    shared = CacheSettings(redis_url=SecretStr(redis_url))
-    old, new = gateway_factory(triton.grpc_url, cache=shared), gateway_factory(redeployed.grpc_url, cache=shared)
+    shared = RedisSettings(url=SecretStr(redis_url))
+    old, new = gateway_factory(triton.grpc_url, redis=shared), gateway_factory(redeployed.grpc_url, redis=shared)
     texts = mixed_texts(4, tag=parameter)
     assert embed(http, old, texts).headers["x-cache"] == "miss"
     assert embed(http, old, texts).headers["x-cache"] == "hit"
@@ -112,7 +114,7 @@ def test_requests_succeed_while_redis_is_down_and_the_cache_comes_back(
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    gateway = gateway_factory(triton.grpc_url, cache=CacheSettings(redis_url=SecretStr(redis_url)))
+    gateway = gateway_factory(triton.grpc_url, redis=RedisSettings(url=SecretStr(redis_url)))
     texts = mixed_texts(3, tag="outage")
     embed(http, gateway, texts)
     redis_server.stop()

@@ -25,11 +25,11 @@ from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.services.image_runner import callback_token
 from gateway.settings import (
     AuthSettings,
-    CacheSettings,
-    ImageSettings,
     LimitSettings,
+    RedisSettings,
     ServerSettings,
     TaskStoreSettings,
+    VideoSettings,
 )
 from gateway.sim.pika import webhook_message
 from localtriton.ports import free_port
@@ -73,7 +73,7 @@ def start_image_gateway(
         store["sqlite_path"] = str(Path(tempfile.mkdtemp(prefix="image-tasks-")) / "tasks.sqlite3")
     concerns: dict[str, Any] = {"limits": limits} if limits else {}
     return factory(
-        NO_TRITON, server=server, images=ImageSettings(**images), tasks=TaskStoreSettings(**store), **concerns
+        NO_TRITON, server=server, video=VideoSettings(**images), tasks=TaskStoreSettings(**store), **concerns
     )
 
 
@@ -338,7 +338,7 @@ def test_idempotency_keys_are_scoped_to_the_caller_and_webhooks_need_no_api_key(
     keyed = gateway_factory(
         NO_TRITON,
         server=gateway.settings.server,
-        images=gateway.settings.images,
+        video=gateway.settings.video,
         tasks=gateway.settings.tasks,
         auth=AuthSettings(api_keys=SecretStr("alice-key,bob-key")),
     )
@@ -462,7 +462,7 @@ def test_invalid_json_is_a_400_and_a_missing_key_a_503_naming_it(
     unkeyed = gateway_factory(
         NO_TRITON,
         server=ServerSettings(host="127.0.0.1", http_port=free_port(), grpc_port=free_port()),
-        images=ImageSettings(base_url=pika_simulator.base_url, webhook_jwks_url=pika_simulator.jwks_url),
+        video=VideoSettings(base_url=pika_simulator.base_url, webhook_jwks_url=pika_simulator.jwks_url),
     )
     answer = submit(http, unkeyed)
     assert answer.status_code == 503 and "PIKA_API_KEY" in answer.json()["error"]["message"]
@@ -499,10 +499,10 @@ def test_redis_task_store_outage_fails_image_calls_with_503_and_they_work_again_
         server=ServerSettings(
             host="127.0.0.1", http_port=port, grpc_port=free_port(), public_url=f"http://127.0.0.1:{port}"
         ),
-        images=ImageSettings(
+        video=VideoSettings(
             base_url=pika_simulator.base_url, api_key=SecretStr(KEY), webhook_jwks_url=pika_simulator.jwks_url
         ),
-        cache=CacheSettings(redis_url=SecretStr(redis_url), embedding_cache_mb=0),
+        redis=RedisSettings(url=SecretStr(redis_url)),
         tasks=TaskStoreSettings(scan_interval_seconds=0.05),
     )
     first = wait_until_done(http, gateway, submit(http, gateway).json()["id"])

@@ -12,7 +12,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from gateway.errors import GatewayError, InvalidRequestError
-from gateway.settings import LLMSettings
+from gateway.settings import HunyuanSettings
 from gateway.upstreams.llm import LLMClient, LLMUpstreamError
 
 KEY = "hy-secret-key-5678"
@@ -32,7 +32,7 @@ def _complete_against(status: int, error: dict[str, Any]) -> GatewayError:
         site = web.SockSite(runner, socket.create_server(("127.0.0.1", 0)))
         await site.start()
         port = int(runner.addresses[0][1])
-        settings = LLMSettings(
+        settings = HunyuanSettings(
             base_url=f"http://127.0.0.1:{port}/v1", api_key=SecretStr(KEY), max_retries=1, retry_base_seconds=0.001
         )
         try:
