@@ -31,6 +31,22 @@ is read once at start; restart the gateway (or roll the Deployment) to change it
 these variables (helm/ai-stack/README.md).
 """
 
+# Read by the Makefile and `localtriton`, not by the gateway, so no settings class declares them.
+FOOTER = """\
+## Outside the gateway: `make` and local Triton
+
+| variable | default | description |
+|---|---|---|
+| `MODEL` | empty | Checkpoint for `make export`: a hub id or a directory; empty: the packaged all-MiniLM-L6-v2. |
+| `MAX_LENGTH` | `512` | Tokens per text for `make export` (capped by the model's positions); longer ones are cut. |
+| `HF_HUB_OFFLINE` | `1` | Set by the Makefile; `HF_HUB_OFFLINE=0` lets `make export` download from the hub. |
+| `TRITON_HOST` | `127.0.0.1` | Address the local Triton (`make triton`, `make up`) binds to. |
+| `TRITON_HTTP_PORT` | `8000` | HTTP port of the local Triton. |
+| `TRITON_GRPC_PORT` | `8001` | gRPC port of the local Triton. |
+| `TRITON_METRICS_PORT` | `8002` | Metrics port of the local Triton. |
+| `RUNS` | `3` | Runs per benchmark for `make bench`; every figure is the median. |
+"""
+
 
 def settings_sections(
     root: type[BaseSettings] = Settings, path: str = "settings"
@@ -69,7 +85,7 @@ def render_section(path: str, group: type[BaseSettings]) -> str:
 
 def render(root: type[BaseSettings] = Settings) -> str:
     sections = [render_section(path, group) for path, group in settings_sections(root)]
-    return "\n".join([HEADER, *sections])
+    return "\n".join([HEADER, *sections, FOOTER])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
