@@ -16,7 +16,7 @@ GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
 BENCH_PARTS := embeddings chat images caches gpu
 
-.PHONY: help system-deps setup proto openapi export triton gateway up down demo eval-cache bench $(addprefix bench-,$(BENCH_PARTS)) helm-tools helm-lint helm-template test test-fast lint typecheck check clean
+.PHONY: help system-deps setup proto docs openapi export triton gateway up down demo eval-cache bench $(addprefix bench-,$(BENCH_PARTS)) helm-tools helm-lint helm-template test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,6 +44,9 @@ $(PROTO_OUT): gateway/grpc/proto/gateway/v1/gateway.proto | $(STAMP)
 
 proto: $(STAMP) ## generate the gRPC code from gateway/grpc/proto (grpcio-tools)
 	$(PY) -m gateway.grpc.codegen
+
+docs: $(STAMP) ## rewrite docs/configuration.md from the settings classes (a test fails when it drifts)
+	$(PY) -m gateway.settings_doc
 
 openapi: $(STAMP) $(PROTO_OUT) ## rewrite gateway/openapi.json, the snapshot the tests hold the API to
 	$(PY) -m gateway.openapi

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class ServerSettings(BaseSettings):
+    """Where the gateway listens, how it shuts down, and the URL at which upstreams reach it."""
+
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
 
     host: str = Field("0.0.0.0", description="Address both servers bind to.")
@@ -37,6 +39,8 @@ class ServerSettings(BaseSettings):
 
 
 class TritonSettings(BaseSettings):
+    """The Triton server that computes the embeddings, and how the gateway calls it."""
+
     model_config = SettingsConfigDict(env_prefix="TRITON_", frozen=True)
 
     url: str = Field("127.0.0.1:8001", description="Triton's gRPC address (host:port).")
@@ -57,6 +61,8 @@ class TritonSettings(BaseSettings):
 
 
 class AuthSettings(BaseSettings):
+    """Who may call the gateway."""
+
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
 
     api_keys: SecretStr | None = Field(
@@ -70,6 +76,8 @@ class AuthSettings(BaseSettings):
 
 
 class LimitSettings(BaseSettings):
+    """Input limits, deadlines and load shedding, for REST and gRPC alike."""
+
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
 
     max_texts_per_request: int = Field(
@@ -291,6 +299,8 @@ class TaskStoreSettings(BaseSettings):
 
 
 class ObservabilitySettings(BaseSettings):
+    """Tracing (OpenTelemetry); metrics are always on at /metrics."""
+
     model_config = SettingsConfigDict(frozen=True, populate_by_name=True)
 
     otlp_endpoint: str | None = Field(
