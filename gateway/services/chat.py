@@ -7,10 +7,10 @@ import json
 import math
 from collections import Counter
 from collections.abc import AsyncGenerator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing
+from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from gateway import metrics
 from gateway.cache.chat import ChatAnswer, ExactChatCache, exact_key, prompt_chars
@@ -23,6 +23,7 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 from gateway.protocol.unicode import require_unicode
+from gateway.quota.base import QuotaLimiter, Slot
 from gateway.services.shared_stream import SharedStream
 from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.llm import LLMClient
@@ -38,27 +39,13 @@ class CacheResult:
     similarity: float | None = None
 
 
-class QuotaSlot(Protocol):
-    def settle(self, actual_tokens: int) -> None: ...
-
-    async def pace(self) -> None:
-        """Wait for the quota's rate before another attempt at the upstream inside this slot."""
-        ...
-
-
-class Quota(Protocol):
-    """The upstream account's quota (`gateway.quota`): a slot per upstream call."""
-
-    def slot(self, estimated_tokens: int = 0) -> AbstractAsyncContextManager[QuotaSlot]: ...
-
-
 class ChatService:
     def __init__(
         self,
         llm: LLMClient,
         cache: ExactChatCache | None,
         semantic: SemanticIndex | None,
-        quota: Quota,
+        quota: QuotaLimiter,
         breakers: BreakerBoard,
         fallbacks: dict[str, list[str]],
         *,
@@ -181,7 +168,7 @@ class ChatService:
         await self._store(body, key, model, ChatAnswer(completion=completion))
         return completion
 
-    async def _open(self, stack: AsyncExitStack, body: dict[str, Any], *, stream: bool) -> tuple[str, Any, QuotaSlot]:
+    async def _open(self, stack: AsyncExitStack, body: dict[str, Any], *, stream: bool) -> tuple[str, Any, Slot]:
         """Try the requested model, then its fallbacks, skipping open breakers; the first that answers wins.
 
         Returns (model, completion or event iterator, quota slot); the slot and the upstream
@@ -197,7 +184,7 @@ class ChatService:
                 )
                 continue
             attempt = AsyncExitStack()
-            slot: QuotaSlot | None = None
+            slot: Slot | None = None
             try:
                 slot = await attempt.enter_async_context(self._quota.slot(estimate_tokens(body)))
                 upstream_body = {**body, "model": model}
@@ -231,7 +218,7 @@ class ChatService:
         key: str,
         model: str,
         events: AsyncGenerator[str, None],
-        slot: QuotaSlot,
+        slot: Slot,
     ) -> AsyncGenerator[str, None]:
         """Forward each upstream chunk as it arrives; store the sequence if the answer ended normally."""
         chunks: list[dict[str, Any]] = []
@@ -257,7 +244,7 @@ class ChatService:
         await self._store(body, key, model, answer)
 
 
-def account_usage(model: str, usage: dict[str, Any], slot: QuotaSlot) -> None:
+def account_usage(model: str, usage: dict[str, Any], slot: Slot) -> None:
     """Count the billed tokens and settle the quota's token estimate with them. An answer without usage
     (an OpenAI-style stream sends it only when asked) keeps its estimate charged, rather than none."""
     prompt, completion = _token_count(usage, "prompt_tokens"), _token_count(usage, "completion_tokens")
@@ -269,7 +256,7 @@ def account_usage(model: str, usage: dict[str, Any], slot: QuotaSlot) -> None:
     slot.settle(prompt + completion)
 
 
-def _nothing_billed(slot: QuotaSlot | None, error: BaseException) -> None:
+def _nothing_billed(slot: Slot | None, error: BaseException) -> None:
     """Give a failed call's token estimate back when the upstream answered with an error (nothing generated,
     nothing billed); a call that timed out or was cancelled may have been generating, and keeps it."""
     if slot is not None and isinstance(error, GatewayError) and not isinstance(error, UpstreamTimeoutError):

@@ -18,12 +18,13 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Coroutine
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway import metrics
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
+from gateway.quota.base import QuotaLimiter
 from gateway.services.image_ledger import TaskLedger
 from gateway.tasks.base import Lease, TaskStoreError
 from gateway.tasks.model import Task, TaskState
@@ -48,10 +49,6 @@ class ImageQueue(Protocol):
     async def result(self, response_url: str) -> dict[str, Any]: ...
 
     async def cancel(self, cancel_url: str) -> bool: ...
-
-
-class SubmitQuota(Protocol):
-    def slot(self, estimated_tokens: int = 0) -> AbstractAsyncContextManager[object]: ...
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,7 @@ def backoff(first: float, most: float, attempt: int) -> float:
 
 class ImageTaskRunner:
     def __init__(
-        self, ledger: TaskLedger, upstream: ImageQueue, quota: SubmitQuota, config: RunnerConfig, *, owner: str
+        self, ledger: TaskLedger, upstream: ImageQueue, quota: QuotaLimiter, config: RunnerConfig, *, owner: str
     ) -> None:
         self._ledger = ledger
         self._store = ledger.store
