@@ -31,17 +31,17 @@ from gateway.grpc.server import create_grpc_server
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
-from gateway.routes import callbacks, chat, embeddings, health, images
+from gateway.routes import callbacks, chat, embeddings, health, video
 from gateway.services.chat import ChatService
 from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
-from gateway.services.image_ledger import TaskLedger
-from gateway.services.image_runner import ImageTaskRunner, RunnerConfig
-from gateway.services.images import ImageService
+from gateway.services.video import VideoService
+from gateway.services.video_ledger import TaskLedger
+from gateway.services.video_runner import RunnerConfig, VideoTaskRunner
 from gateway.settings import Settings
 from gateway.tasks.stores import build_task_store
 from gateway.upstreams.breaker import BreakerBoard
-from gateway.upstreams.image_api import FalQueueClient
+from gateway.upstreams.fal import FalQueueClient
 from gateway.upstreams.llm import LLMClient
 from gateway.upstreams.triton import TritonClient
 from gateway.upstreams.webhooks import FalWebhookVerifier
@@ -83,7 +83,7 @@ async def chat_service(settings: Settings, embeddings: EmbeddingService) -> Asyn
 
 
 @asynccontextmanager
-async def image_service(settings: Settings) -> AsyncIterator[ImageService]:
+async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
     """Image tasks: the task store, the fal queue client, the webhook verifier and this replica's runner."""
     config, tasks = settings.video, settings.tasks
     redis_url = settings.redis.url_value()
@@ -129,10 +129,10 @@ async def image_service(settings: Settings) -> AsyncIterator[ImageService]:
             max_concurrent_submits=config.max_concurrent_submits,
         )
         ledger = TaskLedger(store, retention_seconds=tasks.retention_seconds)
-        runner = ImageTaskRunner(ledger, client, quota, runner_config, owner=owner)
+        runner = VideoTaskRunner(ledger, client, quota, runner_config, owner=owner)
         await runner.start()  # also without a key: unfinished tasks still time out and expire
         stack.push_async_callback(runner.aclose)
-        yield ImageService(
+        yield VideoService(
             ledger,
             runner,
             verifier,
@@ -189,14 +189,14 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             service = EmbeddingService(triton, cache, settings.limits)
             app.state.embeddings = service
             app.state.chat = await stack.enter_async_context(chat_service(settings, service))
-            app.state.images = await stack.enter_async_context(image_service(settings))
+            app.state.video = await stack.enter_async_context(video_service(settings))
             grpc_server = create_grpc_server(
                 service,
                 verifier,
                 host=settings.server.host,
                 port=settings.server.grpc_port,
                 chat=app.state.chat,
-                images=app.state.images,
+                video=app.state.video,
                 in_flight=in_flight,
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,
@@ -222,7 +222,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     install_error_handlers(app)
     embeddings.attach_router(app)
     chat.attach_router(app)
-    images.attach_router(app)
+    video.attach_router(app)
     callbacks.attach_router(app)
     health.attach_router(app)
     app.add_middleware(ApiKeyMiddleware, verifier=verifier)

@@ -1,4 +1,4 @@
-"""Every change of an image task goes through `TaskLedger.change`: read, decide, compare-and-set, retry.
+"""Every change of a video task goes through `TaskLedger.change`: read, decide, compare-and-set, retry.
 
 A webhook, a poller, a cancel and a timeout may all race on one task, on different replicas. Each
 writer states its decision as a function of the current record; the ledger applies it with the
@@ -66,8 +66,8 @@ class TaskLedger:
         return self.ended(task, TaskState.FAILED, error=error, next_attempt_at=None, poll_after=None, **changes)
 
     def _count(self, task: Task) -> None:
-        metrics.IMAGE_TASK_TRANSITIONS.labels(state=task.state.value).inc()
+        metrics.VIDEO_TASK_TRANSITIONS.labels(state=task.state.value).inc()
         if task.state.terminal and task.ended_at is not None:
-            metrics.IMAGE_TASK_DURATION.labels(state=task.state.value).observe(task.ended_at - task.created_at)
+            metrics.VIDEO_TASK_DURATION.labels(state=task.state.value).observe(task.ended_at - task.created_at)
             if task.completed_by == "polling":
-                metrics.IMAGE_TASKS_COMPLETED_BY_POLLING.inc()
+                metrics.VIDEO_TASKS_COMPLETED_BY_POLLING.inc()

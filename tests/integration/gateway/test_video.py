@@ -22,7 +22,7 @@ from pydantic import SecretStr
 
 from gateway.app import callback_key
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.services.image_runner import callback_token
+from gateway.services.video_runner import callback_token
 from gateway.settings import (
     AuthSettings,
     LimitSettings,
@@ -236,7 +236,7 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     http: httpx.Client,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="gateway.services.images")
+    caplog.set_level(logging.WARNING, logger="gateway.services.video")
     pika_simulator.config.sign_with_wrong_key = True
     pika_simulator.config.job_seconds = 0.2
     task_id = submit(http, image_gateway).json()["id"]
@@ -266,7 +266,7 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
         refused = http.post(untokened, content=raw, headers=headers)
         assert refused.status_code == 401 and "token" in refused.json()["error"]["message"], refused.text
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json()["status"] == "processing"
-    refusals = [r.getMessage() for r in caplog.records if r.name == "gateway.services.images"]
+    refusals = [r.getMessage() for r in caplog.records if r.name == "gateway.services.video"]
     assert any(f"task {task_id} refused: webhook signature matches none" in m for m in refusals), refusals
     assert any("lacks header(s)" in m and "x-fal-webhook-signature" in m for m in refusals)
     assert any("lacks this task's token" in m for m in refusals)

@@ -14,12 +14,12 @@ import pytest
 
 from gateway.errors import UpstreamUnavailableError
 from gateway.quota import LocalQuotaLimiter
-from gateway.services.image_ledger import TaskLedger
-from gateway.services.image_runner import ImageTaskRunner, RunnerConfig, backoff
+from gateway.services.video_ledger import TaskLedger
+from gateway.services.video_runner import RunnerConfig, VideoTaskRunner, backoff
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
-from gateway.upstreams.image_api import FalStatus, FalSubmission, pika_arguments, result_urls
+from gateway.upstreams.fal import FalStatus, FalSubmission, pika_arguments, result_urls
 
 P, R, C, F, X = (
     TaskState.PENDING,
@@ -207,7 +207,7 @@ class Upstream:
         return True
 
 
-async def submitted(store: StoreCalls, runner: ImageTaskRunner, task: Task, leased_at: float | None) -> Task:
+async def submitted(store: StoreCalls, runner: VideoTaskRunner, task: Task, leased_at: float | None) -> Task:
     """Create `task` as the submit route does (with the runner's lease), queue it, and wait for its first save."""
     lease = runner.submit_lease(task.id)
     assert await store.create(task, lease if leased_at is not None else None) == (task, True)
@@ -235,7 +235,7 @@ def test_the_replica_that_created_a_task_submits_it_without_another_lease_or_rea
         ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         upstream = Upstream()
         config = RunnerConfig(callback_url_base="https://gw.example/v1/callbacks/pika", scan_interval_seconds=60)
-        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
         await runner.start()
         now = time.time()
         task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
@@ -258,7 +258,7 @@ def test_a_task_left_pending_by_a_failed_submit_gets_its_lease_released(tmp_path
         upstream = Upstream()
         upstream.down = True
         config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
-        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
         await runner.start()
         now = time.time()
         task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
@@ -326,16 +326,16 @@ class BrokenSaves(StoreCalls):
         return broken
 
 
-async def started_runner(store: StoreCalls, upstream: Upstream, quota: Any = None, **config: Any) -> ImageTaskRunner:
+async def started_runner(store: StoreCalls, upstream: Upstream, quota: Any = None, **config: Any) -> VideoTaskRunner:
     """A started runner on `store` (no webhooks, no scans unless `config` says otherwise)."""
     ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
     settings = RunnerConfig(**{"callback_url_base": None, "scan_interval_seconds": 60, **config})
-    runner = ImageTaskRunner(ledger, upstream, quota or LocalQuotaLimiter(), settings, owner="replica-1")
+    runner = VideoTaskRunner(ledger, upstream, quota or LocalQuotaLimiter(), settings, owner="replica-1")
     await runner.start()
     return runner
 
 
-async def created(store: StoreCalls, runner: ImageTaskRunner, task_id: str | None = None) -> Task:
+async def created(store: StoreCalls, runner: VideoTaskRunner, task_id: str | None = None) -> Task:
     """A new task, created with its submit lease and queued, as the submit route does."""
     now = time.time()
     task = new_task(id=task_id or Task.new_id(), created_at=now, updated_at=now, deadline_at=now + 60)
@@ -459,7 +459,7 @@ def test_each_task_has_its_own_webhook_url_token_under_the_replicas_key(tmp_path
         ledger = TaskLedger(store, retention_seconds=60.0)
         base = "https://gw.example/v1/callbacks/pika"
         replicas = [
-            ImageTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(base, callback_key=key), owner=name)
+            VideoTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(base, callback_key=key), owner=name)
             for name, key in (("a", b"k1"), ("b", b"k1"), ("c", b"k2"))
         ]
         url = replicas[0].callback_url("task-1")
@@ -471,7 +471,7 @@ def test_each_task_has_its_own_webhook_url_token_under_the_replicas_key(tmp_path
         assert not replicas[2].callback_token_valid("task-1", token)  # another key (a new fal key)
         assert not replicas[1].callback_token_valid("task-1", "")
         assert not replicas[1].callback_token_valid("task-1", "é" * 32)  # any text a URL can carry
-        polled = ImageTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(None), owner="d")
+        polled = VideoTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(None), owner="d")
         assert polled.callback_url("task-1") is None
         await store.aclose()
 

@@ -1,6 +1,6 @@
-"""The background side of image tasks: submitting to the upstream, polling, timeouts and expiry.
+"""The background side of video tasks: submitting to the upstream, polling, timeouts and expiry.
 
-Each replica runs one `ImageTaskRunner`. Its scanner reads the unfinished tasks that are due (`Task.due_at`)
+Each replica runs one `VideoTaskRunner`. Its scanner reads the unfinished tasks that are due (`Task.due_at`)
 from the store every `scan_interval_seconds`, so a task survives any replica: a restarted or surviving replica finds it
 still pending (and submits it) or processing (and polls it once its webhook is overdue). Submitting
 and polling a task each take a short lease in the store first, so one replica at a time does it;
@@ -24,10 +24,10 @@ from typing import Any, Protocol
 
 from gateway import metrics
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
-from gateway.services.image_ledger import TaskLedger
+from gateway.services.video_ledger import TaskLedger
 from gateway.tasks.base import Lease, TaskStoreError
 from gateway.tasks.model import Task, TaskState
-from gateway.upstreams.image_api import FalStatus, FalSubmission, ImageUpstreamError
+from gateway.upstreams.fal import FalStatus, FalSubmission, VideoUpstreamError
 
 log = logging.getLogger(__name__)
 _jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
@@ -38,7 +38,7 @@ MAX_DUE_PER_SCAN = 500  # the earliest due first; the rest wait for the next sca
 SUBMIT_DRAIN_SECONDS = 5.0  # on close, for submits already at the upstream to record their outcome
 
 
-class ImageQueue(Protocol):
+class VideoQueue(Protocol):
     """What the runner needs from the upstream client (`FalQueueClient`)."""
 
     async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission: ...
@@ -83,9 +83,9 @@ def backoff(first: float, most: float, attempt: int) -> float:
     return float(min(most, first * 2 ** min(attempt, 30)))
 
 
-class ImageTaskRunner:
+class VideoTaskRunner:
     def __init__(
-        self, ledger: TaskLedger, upstream: ImageQueue, quota: SubmitQuota, config: RunnerConfig, *, owner: str
+        self, ledger: TaskLedger, upstream: VideoQueue, quota: SubmitQuota, config: RunnerConfig, *, owner: str
     ) -> None:
         self._ledger = ledger
         self._store = ledger.store
@@ -160,7 +160,7 @@ class ImageTaskRunner:
         now = self._ledger.clock()
         counts = await self._store.count_unfinished()
         for state in (TaskState.PENDING, TaskState.PROCESSING):
-            metrics.IMAGE_TASKS.labels(state=state.value).set(counts.get(state, 0))
+            metrics.VIDEO_TASKS.labels(state=state.value).set(counts.get(state, 0))
         # Only the tasks due by now, from the store's index: the scan costs what is due, not what is open.
         for task in await self._store.due(now, MAX_DUE_PER_SCAN):
             if task.id in self._busy:
@@ -275,18 +275,18 @@ class ImageTaskRunner:
                 async with self._renewing(lease):
                     submission = await self._upstream.submit(task.arguments, callback)
         except (InvalidRequestError, NotFoundError) as exc:
-            metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="rejected").inc()
+            metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="rejected").inc()
             reason = exc.message
             stored, _ = await self._ledger.change(
                 task.id, lambda t: self._ledger.failed(t, "upstream_rejected", reason), known=task
             )
             return stored
         except GatewayError as exc:  # unavailable, timeout, quota, 5xx: try again later, until the deadline
-            metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="retry").inc()
+            metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="retry").inc()
             log.warning("image task submit failed, will retry: %s", exc.message, extra={"task_id": task.id})
             stored, _ = await self._ledger.change(task.id, self._retry_later, known=task)
             return stored
-        metrics.IMAGE_UPSTREAM_SUBMITS.labels(result="accepted").inc()
+        metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="accepted").inc()
         now = self._ledger.clock()
         wait = self._config.callback_grace_seconds if callback else self._config.poll_initial_seconds
         try:
@@ -351,13 +351,13 @@ class ImageTaskRunner:
         except GatewayError as exc:  # unavailable, timeout, a 5xx: poll again later
             await self._polled_transient_error(task, exc)
             return
-        metrics.IMAGE_POLLS.labels(result=status.state.lower()).inc()
+        metrics.VIDEO_POLLS.labels(result=status.state.lower()).inc()
         if status.state != "COMPLETED":
             await self._ledger.change(task.id, self._poll_later, known=task)
             return
         try:
             payload = await self._upstream.result(response_url)
-        except (InvalidRequestError, NotFoundError, ImageUpstreamError) as exc:
+        except (InvalidRequestError, NotFoundError, VideoUpstreamError) as exc:
             await self._polled_error(task, exc.message)  # fal answers a failed job's result with its error
             return
         except GatewayError as exc:
@@ -366,11 +366,11 @@ class ImageTaskRunner:
         await self._ledger.change(task.id, lambda t: self._end_by_polling(t, payload=payload), known=task)
 
     async def _polled_error(self, task: Task, message: str) -> None:
-        metrics.IMAGE_POLLS.labels(result="failed").inc()
+        metrics.VIDEO_POLLS.labels(result="failed").inc()
         await self._ledger.change(task.id, lambda t: self._end_by_polling(t, error=message), known=task)
 
     async def _polled_transient_error(self, task: Task, exc: GatewayError) -> None:
-        metrics.IMAGE_POLLS.labels(result="error").inc()
+        metrics.VIDEO_POLLS.labels(result="error").inc()
         log.warning("image task poll failed: %s", exc.message, extra={"task_id": task.id})
         await self._ledger.change(task.id, self._poll_later, known=task)
 
