@@ -74,7 +74,7 @@ class VideoService:
             request_hash=request_hash,
         )
         leased_at = time.monotonic()
-        stored, created = await self._ledger.store.create(task, self._runner.submit_lease(task.id))
+        stored, created = await self._ledger.create(task, self._runner.submit_lease(task.id))
         if not created and stored.request_hash != request_hash:
             raise ConflictError(
                 "Idempotency-Key was already used for a different request; use a new key for a new request",
@@ -82,7 +82,6 @@ class VideoService:
             )
         if created:
             self._runner.enqueue_created(stored, leased_at)
-            metrics.VIDEO_TASK_TRANSITIONS.labels(state=TaskState.PENDING.value).inc()
         metrics.VIDEO_SUBMIT_LATENCY.observe(time.perf_counter() - started)
         return stored, created
 
@@ -112,7 +111,7 @@ class VideoService:
         return self._changes(task_id)
 
     async def _changes(self, task_id: str) -> AsyncGenerator[Task, None]:
-        async with self._ledger.store.changes(task_id) as changes:  # subscribed before the first read
+        async with self._ledger.changes(task_id) as changes:  # subscribed before the first read
             task = await self._ledger.get(task_id)
             yield task
             while not task.state.terminal:
@@ -169,7 +168,7 @@ class VideoService:
 
     async def ready(self) -> bool:
         try:
-            return await self._ledger.store.ping()
+            return await self._ledger.ping()
         except TaskStoreError:
             return False
 

@@ -88,7 +88,6 @@ class VideoTaskRunner:
         self, ledger: TaskLedger, upstream: VideoQueue, quota: SubmitQuota, config: RunnerConfig, *, owner: str
     ) -> None:
         self._ledger = ledger
-        self._store = ledger.store
         self._upstream = upstream
         self._quota = quota
         self._config = config
@@ -158,11 +157,11 @@ class VideoTaskRunner:
 
     async def scan_once(self) -> None:
         now = self._ledger.clock()
-        counts = await self._store.count_unfinished()
+        counts = await self._ledger.count_unfinished()
         for state in (TaskState.PENDING, TaskState.PROCESSING):
             metrics.VIDEO_TASKS.labels(state=state.value).set(counts.get(state, 0))
         # Only the tasks due by now, from the store's index: the scan costs what is due, not what is open.
-        for task in await self._store.due(now, MAX_DUE_PER_SCAN):
+        for task in await self._ledger.due(now, MAX_DUE_PER_SCAN):
             if task.id in self._busy:
                 continue
             if now >= task.deadline_at:
@@ -173,7 +172,7 @@ class VideoTaskRunner:
                 self._spawn(self._exclusive(task.id, self._poll(task.id)))
         if now - self._last_purge >= PURGE_EVERY_SECONDS:
             self._last_purge = now
-            purged = await self._store.purge_expired(now)
+            purged = await self._ledger.purge_expired()
             if purged:
                 log.info("expired image tasks purged", extra={"count": purged})
 
@@ -207,7 +206,7 @@ class VideoTaskRunner:
         task, leased_at = self._created.pop(task_id, (None, 0.0))
         if task is None:
             leased_at = time.monotonic()
-            if not await self._store.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
+            if not await self._ledger.acquire_lease(lease):
                 return  # another replica is submitting it
         still_pending = True
         try:
@@ -224,7 +223,7 @@ class VideoTaskRunner:
             # Only a pending task is ever submitted: a lease on one that has moved on guards nothing, and
             # lapses by itself (one command fewer per task).
             if still_pending:
-                await self._store.release_lease(lease.name, lease.owner)
+                await self._ledger.release_lease(lease)
 
     async def _holding(self, task: Task, lease: Lease, leased_at: float) -> Task | None:
         """`task` if this replica's submit lease (taken at `leased_at`, monotonic) has at least half its time
@@ -232,7 +231,7 @@ class VideoTaskRunner:
         or had lapsed, in a long quota wait); None if another replica holds the lease."""
         if time.monotonic() + lease.ttl_seconds / 2 <= leased_at + lease.ttl_seconds:
             return task
-        if not await self._store.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
+        if not await self._ledger.acquire_lease(lease):
             return None
         return await self._ledger.get(task.id)
 
@@ -246,7 +245,7 @@ class VideoTaskRunner:
             while True:
                 await asyncio.sleep(lease.ttl_seconds / 3)
                 try:
-                    if not await self._store.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
+                    if not await self._ledger.acquire_lease(lease):
                         log.warning(
                             "image task submit lease lost during the upstream call", extra={"lease": lease.name}
                         )
@@ -330,9 +329,9 @@ class VideoTaskRunner:
     # -- polling -----------------------------------------------------------------------------------
 
     async def _poll(self, task_id: str) -> None:
-        lease = f"poll:{task_id}"
+        lease = Lease(f"poll:{task_id}", self._owner, self._config.lease_seconds)
         async with self._polls:
-            if not await self._store.acquire_lease(lease, self._owner, self._config.lease_seconds):
+            if not await self._ledger.acquire_lease(lease):
                 return  # another replica polls it
             try:
                 task = await self._ledger.get(task_id)
@@ -340,7 +339,7 @@ class VideoTaskRunner:
                 if task.state == TaskState.PROCESSING and due and task.status_url and task.response_url:
                     await self._poll_upstream(task, task.status_url, task.response_url)
             finally:
-                await self._store.release_lease(lease, self._owner)
+                await self._ledger.release_lease(lease)
 
     async def _poll_upstream(self, task: Task, status_url: str, response_url: str) -> None:
         try:
