@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import socket
@@ -11,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
-from pydantic import SecretStr
 
 from gateway.auth import PUBLIC_PATHS, ApiKeyMiddleware, ApiKeyVerifier
 from gateway.cache.chat import ExactChatCache, TtlPolicy
@@ -44,7 +42,7 @@ from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.fal import FalQueueClient
 from gateway.upstreams.llm import LLMClient
 from gateway.upstreams.triton import TritonClient
-from gateway.upstreams.webhooks import FalWebhookVerifier
+from gateway.upstreams.webhooks import FalWebhookVerifier, WebhookUrls
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +116,10 @@ async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
         public_url = settings.server.public_url
         if public_url is None:
             log.warning("GATEWAY_PUBLIC_URL is not set: image tasks get no webhooks and are polled from the start")
+        webhook_urls = WebhookUrls(
+            f"{public_url.rstrip('/')}/v1/callbacks/pika" if public_url else None, config.api_key
+        )
         runner_config = RunnerConfig(
-            callback_url_base=f"{public_url.rstrip('/')}/v1/callbacks/pika" if public_url else None,
-            callback_key=callback_key(config.api_key),
             callback_grace_seconds=config.callback_grace_seconds,
             poll_initial_seconds=config.poll_initial_seconds,
             poll_max_seconds=config.poll_max_seconds,
@@ -129,24 +128,18 @@ async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
             max_concurrent_submits=config.max_concurrent_submits,
         )
         ledger = TaskLedger(store, retention_seconds=tasks.retention_seconds)
-        runner = VideoTaskRunner(ledger, client, quota, runner_config, owner=owner)
+        runner = VideoTaskRunner(ledger, client, quota, webhook_urls, runner_config, owner=owner)
         await runner.start()  # also without a key: unfinished tasks still time out and expire
         stack.push_async_callback(runner.aclose)
         yield VideoService(
             ledger,
             runner,
             verifier,
+            webhook_urls,
             configured=client.configured,
             task_timeout_seconds=config.task_timeout_seconds,
             max_prompt_chars=config.max_prompt_chars,
         )
-
-
-def callback_key(api_key: SecretStr | None) -> bytes:
-    """The key of the webhook URLs' tokens: derived from the fal key, which every replica has, so no replica
-    needs another secret (a new fal key voids the tokens of jobs in flight; polling finishes those)."""
-    secret = api_key.get_secret_value() if api_key is not None else ""
-    return hashlib.sha256(b"ai-gateway webhook url\0" + secret.encode()).digest()
 
 
 def replica_name() -> str:

@@ -2,7 +2,7 @@
 
 This route takes no API key (fal cannot send one); `ApiKeyMiddleware` exempts `CALLBACK_PREFIX` and
 the service verifies fal's Ed25519 signature over the raw body instead, and the `token` that the job's
-webhook URL carries (`gateway.services.video_runner.callback_token`).
+webhook URL carries (`gateway.upstreams.webhooks.WebhookUrls`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from gateway.services.video_runner import VideoTaskRunner
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.upstreams.fal import KEY_ENV, VideoNotConfiguredError, pika_arguments, result_urls
-from gateway.upstreams.webhooks import WebhookSignatureError
+from gateway.upstreams.webhooks import WebhookSignatureError, WebhookUrls
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ class VideoService:
         ledger: TaskLedger,
         runner: VideoTaskRunner,
         verifier: WebhookVerifier,
+        webhook_urls: WebhookUrls,
         *,
         configured: bool,
         task_timeout_seconds: float,
@@ -48,6 +49,7 @@ class VideoService:
         self._ledger = ledger
         self._runner = runner
         self._verifier = verifier
+        self._webhook_urls = webhook_urls
         self._configured = configured
         self._timeout = task_timeout_seconds
         self._max_prompt_chars = max_prompt_chars
@@ -141,10 +143,11 @@ class VideoService:
         except Exception:
             metrics.VIDEO_CALLBACKS.labels(result="unknown_task").inc()
             raise
-        if not self._runner.callback_token_valid(task_id, token):
-            error = WebhookSignatureError("webhook URL lacks this task's token: not a job this gateway submitted")
-            _reject(task_id, error)
-            raise error
+        try:
+            self._webhook_urls.verify(task_id, token)
+        except WebhookSignatureError as exc:
+            _reject(task_id, exc)
+            raise
         if task.upstream_request_id is not None and request_id != task.upstream_request_id:
             metrics.VIDEO_CALLBACKS.labels(result="stale").inc()  # from a submission this task no longer tracks
             return task

@@ -12,8 +12,6 @@ under the submit lease it took with the task (`enqueue_created`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import logging
 import random
 import time
@@ -28,6 +26,7 @@ from gateway.services.video_ledger import TaskLedger
 from gateway.tasks.base import Lease, TaskStoreError
 from gateway.tasks.model import Task, TaskState
 from gateway.upstreams.fal import FalStatus, FalSubmission, VideoUpstreamError
+from gateway.upstreams.webhooks import WebhookUrls
 
 log = logging.getLogger(__name__)
 _jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
@@ -56,8 +55,6 @@ class SubmitQuota(Protocol):
 
 @dataclass(frozen=True)
 class RunnerConfig:
-    callback_url_base: str | None  # e.g. https://ai.example.com/v1/callbacks/pika; None: poll from the start
-    callback_key: bytes = b""  # signs each job's webhook URL (`callback_token`); the same on every replica
     callback_grace_seconds: float = 30.0
     poll_initial_seconds: float = 1.0
     poll_max_seconds: float = 10.0
@@ -66,13 +63,6 @@ class RunnerConfig:
     max_concurrent_submits: int = 4
     retry_initial_seconds: float = 1.0
     retry_max_seconds: float = 30.0
-
-
-def callback_token(key: bytes, task_id: str) -> str:
-    """The token in a task's webhook URL. fal signs every webhook it sends, for any customer's job and to
-    any URL: the signature proves fal sent it, not that the job is ours. A webhook that carries the token
-    (an HMAC of the task id) came for a job this gateway submitted for that task."""
-    return hmac.new(key, task_id.encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def _not_due(task: Task, now: float) -> bool:
@@ -85,11 +75,19 @@ def backoff(first: float, most: float, attempt: int) -> float:
 
 class VideoTaskRunner:
     def __init__(
-        self, ledger: TaskLedger, upstream: VideoQueue, quota: SubmitQuota, config: RunnerConfig, *, owner: str
+        self,
+        ledger: TaskLedger,
+        upstream: VideoQueue,
+        quota: SubmitQuota,
+        webhook_urls: WebhookUrls,
+        config: RunnerConfig,
+        *,
+        owner: str,
     ) -> None:
         self._ledger = ledger
         self._upstream = upstream
         self._quota = quota
+        self._webhook_urls = webhook_urls
         self._config = config
         self._owner = owner  # this replica's name on leases
         self._queue: asyncio.Queue[str] = asyncio.Queue()
@@ -126,15 +124,6 @@ class VideoTaskRunner:
     def submit_lease(self, task_id: str) -> Lease:
         """The lease a replica holds while it submits `task_id` upstream (renewed while the call runs)."""
         return Lease(f"submit:{task_id}", self._owner, self._config.lease_seconds)
-
-    def callback_url(self, task_id: str) -> str | None:
-        """The webhook URL a job of `task_id` is submitted with: it carries the task's `callback_token`."""
-        base = self._config.callback_url_base
-        return f"{base}/{task_id}?token={callback_token(self._config.callback_key, task_id)}" if base else None
-
-    def callback_token_valid(self, task_id: str, token: str) -> bool:
-        expected = callback_token(self._config.callback_key, task_id)
-        return hmac.compare_digest(token.encode(), expected.encode())  # str: ASCII only, and a URL may hold any
 
     def enqueue_created(self, task: Task, leased_at: float) -> None:
         """Queue a task this replica has just created together with its `submit_lease` (requested at
@@ -263,7 +252,7 @@ class VideoTaskRunner:
 
     async def _submit_pending(self, task: Task, lease: Lease, leased_at: float) -> Task:
         """Submit `task` upstream under `lease` and record the outcome; the stored task afterwards."""
-        callback = self.callback_url(task.id)
+        callback = self._webhook_urls.url(task.id)
         try:
             async with self._quota.slot():  # its wait may outlast a lease: checked once a slot is free
                 current = await self._holding(task, lease, leased_at)

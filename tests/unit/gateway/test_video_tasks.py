@@ -20,6 +20,7 @@ from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
 from gateway.upstreams.fal import FalStatus, FalSubmission, pika_arguments, result_urls
+from gateway.upstreams.webhooks import WebhookUrls
 
 P, R, C, F, X = (
     TaskState.PENDING,
@@ -234,8 +235,9 @@ def test_the_replica_that_created_a_task_submits_it_without_another_lease_or_rea
         store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
         ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         upstream = Upstream()
-        config = RunnerConfig(callback_url_base="https://gw.example/v1/callbacks/pika", scan_interval_seconds=60)
-        runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        config = RunnerConfig(scan_interval_seconds=60)
+        urls = WebhookUrls("https://gw.example/v1/callbacks/pika", None)
+        runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), urls, config, owner="replica-1")
         await runner.start()
         now = time.time()
         task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
@@ -257,8 +259,10 @@ def test_a_task_left_pending_by_a_failed_submit_gets_its_lease_released(tmp_path
         ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         upstream = Upstream()
         upstream.down = True
-        config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
-        runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        config = RunnerConfig(scan_interval_seconds=60)
+        runner = VideoTaskRunner(
+            ledger, upstream, LocalQuotaLimiter(), WebhookUrls(None, None), config, owner="replica-1"
+        )
         await runner.start()
         now = time.time()
         task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
@@ -329,8 +333,9 @@ class BrokenSaves(StoreCalls):
 async def started_runner(store: StoreCalls, upstream: Upstream, quota: Any = None, **config: Any) -> VideoTaskRunner:
     """A started runner on `store` (no webhooks, no scans unless `config` says otherwise)."""
     ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
-    settings = RunnerConfig(**{"callback_url_base": None, "scan_interval_seconds": 60, **config})
-    runner = VideoTaskRunner(ledger, upstream, quota or LocalQuotaLimiter(), settings, owner="replica-1")
+    settings = RunnerConfig(**{"scan_interval_seconds": 60, **config})
+    urls = WebhookUrls(None, None)
+    runner = VideoTaskRunner(ledger, upstream, quota or LocalQuotaLimiter(), urls, settings, owner="replica-1")
     await runner.start()
     return runner
 
@@ -448,31 +453,6 @@ def test_a_job_whose_acceptance_cannot_be_recorded_is_cancelled(tmp_path: Path, 
         assert stored is not None and stored.state == P and stored.upstream_request_id is None
         assert upstream.submitted == [task.arguments]
         assert upstream.cancelled == ["https://queue.fal.run/pika/requests/1/cancel"]
-        await store.aclose()
-
-    asyncio.run(scenario())
-
-
-def test_each_task_has_its_own_webhook_url_token_under_the_replicas_key(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        store = SqliteTaskStore(tmp_path / "tasks.sqlite3")
-        ledger = TaskLedger(store, retention_seconds=60.0)
-        base = "https://gw.example/v1/callbacks/pika"
-        replicas = [
-            VideoTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(base, callback_key=key), owner=name)
-            for name, key in (("a", b"k1"), ("b", b"k1"), ("c", b"k2"))
-        ]
-        url = replicas[0].callback_url("task-1")
-        assert url is not None and url.startswith(f"{base}/task-1?token=")
-        token = url.partition("?token=")[2]
-        assert replicas[1].callback_url("task-1") == url  # every replica with the key agrees
-        assert replicas[1].callback_token_valid("task-1", token)
-        assert not replicas[1].callback_token_valid("task-2", token)
-        assert not replicas[2].callback_token_valid("task-1", token)  # another key (a new fal key)
-        assert not replicas[1].callback_token_valid("task-1", "")
-        assert not replicas[1].callback_token_valid("task-1", "é" * 32)  # any text a URL can carry
-        polled = VideoTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(None), owner="d")
-        assert polled.callback_url("task-1") is None
         await store.aclose()
 
     asyncio.run(scenario())
