@@ -133,7 +133,8 @@ async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
         stack.push_async_callback(runner.aclose)
         yield VideoService(
             ledger,
-            runner,
+            runner.submitter,
+            runner.reaper,
             verifier,
             webhook_urls,
             configured=client.configured,

@@ -1,7 +1,7 @@
 """Video generation (Pika text-to-video) as asynchronous tasks: accept, read, watch, cancel, and take the
 upstream's webhook. The public route keeps the OpenAI images shape (`/v1/images/generations`).
 
-Accepting a request only writes the task to the store and queues it (`VideoTaskRunner` submits it),
+Accepting a request only writes the task to the store and queues it (`VideoSubmitter` submits it),
 so the answer never waits for the upstream. Every state change goes through `TaskLedger.change`.
 """
 
@@ -19,7 +19,8 @@ from gateway.errors import ConflictError, InvalidRequestError, NotFoundError
 from gateway.protocol.unicode import require_unicode
 from gateway.protocol.video import MAX_SIDE, MIN_SIDE, ImageGenerationRequest, TaskErrorObject, TaskObject
 from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_runner import VideoTaskRunner
+from gateway.services.video_reaper import VideoReaper
+from gateway.services.video_submitter import VideoSubmitter
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.upstreams.fal import KEY_ENV, VideoNotConfiguredError, pika_arguments, result_urls
@@ -38,7 +39,8 @@ class VideoService:
     def __init__(
         self,
         ledger: TaskLedger,
-        runner: VideoTaskRunner,
+        submitter: VideoSubmitter,
+        reaper: VideoReaper,
         verifier: WebhookVerifier,
         webhook_urls: WebhookUrls,
         *,
@@ -47,7 +49,8 @@ class VideoService:
         max_prompt_chars: int,
     ) -> None:
         self._ledger = ledger
-        self._runner = runner
+        self._submitter = submitter
+        self._reaper = reaper
         self._verifier = verifier
         self._webhook_urls = webhook_urls
         self._configured = configured
@@ -76,14 +79,14 @@ class VideoService:
             request_hash=request_hash,
         )
         leased_at = time.monotonic()
-        stored, created = await self._ledger.create(task, self._runner.submit_lease(task.id))
+        stored, created = await self._ledger.create(task, self._submitter.submit_lease(task.id))
         if not created and stored.request_hash != request_hash:
             raise ConflictError(
                 "Idempotency-Key was already used for a different request; use a new key for a new request",
                 param="Idempotency-Key",
             )
         if created:
-            self._runner.enqueue_created(stored, leased_at)
+            self._submitter.enqueue_created(stored, leased_at)
         metrics.VIDEO_SUBMIT_LATENCY.observe(time.perf_counter() - started)
         return stored, created
 
@@ -104,7 +107,7 @@ class VideoService:
 
         task, changed = await self._ledger.change(task_id, decide)
         if changed:
-            self._runner.cancel_upstream(task)
+            self._reaper.cancel_upstream(task)
         return task
 
     async def watch(self, task_id: str) -> AsyncGenerator[Task, None]:

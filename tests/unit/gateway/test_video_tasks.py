@@ -15,7 +15,8 @@ import pytest
 from gateway.errors import UpstreamUnavailableError
 from gateway.quota import LocalQuotaLimiter
 from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_runner import RunnerConfig, VideoTaskRunner, backoff
+from gateway.services.video_runner import RunnerConfig, VideoTaskRunner
+from gateway.services.video_steps import backoff
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
@@ -210,12 +211,12 @@ class Upstream:
 
 async def submitted(store: StoreCalls, runner: VideoTaskRunner, task: Task, leased_at: float | None) -> Task:
     """Create `task` as the submit route does (with the runner's lease), queue it, and wait for its first save."""
-    lease = runner.submit_lease(task.id)
+    lease = runner.submitter.submit_lease(task.id)
     assert await store.create(task, lease if leased_at is not None else None) == (task, True)
     if leased_at is None:
-        runner.enqueue(task.id)
+        runner.submitter.enqueue(task.id)
     else:
-        runner.enqueue_created(task, leased_at)
+        runner.submitter.enqueue_created(task, leased_at)
     async with asyncio.timeout(5):
         while "save" not in store.calls:
             await asyncio.sleep(0.001)
@@ -344,8 +345,8 @@ async def created(store: StoreCalls, runner: VideoTaskRunner, task_id: str | Non
     """A new task, created with its submit lease and queued, as the submit route does."""
     now = time.time()
     task = new_task(id=task_id or Task.new_id(), created_at=now, updated_at=now, deadline_at=now + 60)
-    await store.create(task, runner.submit_lease(task.id))
-    runner.enqueue_created(task, time.monotonic())
+    await store.create(task, runner.submitter.submit_lease(task.id))
+    runner.submitter.enqueue_created(task, time.monotonic())
     return task
 
 
@@ -365,7 +366,7 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
         upstream, quota = Upstream(), HeldQuota()
         runner = await started_runner(store, upstream, quota, lease_seconds=0.3)
         task = await created(store, runner)
-        lease = runner.submit_lease(task.id)
+        lease = runner.submitter.submit_lease(task.id)
         await until(quota.waiting.is_set)
         await asyncio.sleep(0.35)  # the lease (0.3 s) has lapsed while the slot was awaited
         if taken_over:
@@ -394,7 +395,7 @@ def test_the_submit_lease_is_renewed_while_a_slow_upstream_call_runs(tmp_path: P
         upstream = SlowUpstream(seconds=0.6)
         runner = await started_runner(store, upstream, lease_seconds=0.15)
         task = await created(store, runner)
-        lease = runner.submit_lease(task.id)
+        lease = runner.submitter.submit_lease(task.id)
         await until(upstream.calling.is_set)
         for _ in range(4):  # 0.4 s into the call: past the lease more than twice over
             await asyncio.sleep(0.1)
