@@ -82,7 +82,7 @@ async def chat_service(settings: Settings, embeddings: EmbeddingService) -> Asyn
 
 @asynccontextmanager
 async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
-    """Image tasks: the task store, the fal queue client, the webhook verifier and this replica's runner."""
+    """Video tasks: the task store, the fal queue client, the webhook verifier and this replica's runner."""
     config, tasks = settings.video, settings.tasks
     redis_url = settings.redis.url_value()
     owner = replica_name()
