@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import socket
@@ -11,7 +10,6 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
-from pydantic import SecretStr
 
 from gateway.auth import PUBLIC_PATHS, ApiKeyMiddleware, ApiKeyVerifier
 from gateway.cache.chat import ExactChatCache, TtlPolicy
@@ -31,20 +29,20 @@ from gateway.grpc.server import create_grpc_server
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
-from gateway.routes import callbacks, chat, embeddings, health, images
+from gateway.routes import callbacks, chat, embeddings, health, video
 from gateway.services.chat import ChatService
 from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
-from gateway.services.image_ledger import TaskLedger
-from gateway.services.image_runner import ImageTaskRunner, RunnerConfig
-from gateway.services.images import ImageService
+from gateway.services.video import VideoService
+from gateway.services.video_ledger import TaskLedger
+from gateway.services.video_runner import RunnerConfig, VideoTaskRunner
 from gateway.settings import Settings
 from gateway.tasks.stores import build_task_store
 from gateway.upstreams.breaker import BreakerBoard
-from gateway.upstreams.image_api import FalQueueClient
+from gateway.upstreams.fal import FalQueueClient
 from gateway.upstreams.llm import LLMClient
 from gateway.upstreams.triton import TritonClient
-from gateway.upstreams.webhooks import FalWebhookVerifier
+from gateway.upstreams.webhooks import FalWebhookVerifier, WebhookUrls
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +81,8 @@ async def chat_service(settings: Settings, embeddings: EmbeddingService) -> Asyn
 
 
 @asynccontextmanager
-async def image_service(settings: Settings) -> AsyncIterator[ImageService]:
-    """Image tasks: the task store, the fal queue client, the webhook verifier and this replica's runner."""
+async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
+    """Video tasks: the task store, the fal queue client, the webhook verifier and this replica's runner."""
     config, tasks = settings.video, settings.tasks
     redis_url = settings.redis.url_value()
     owner = replica_name()
@@ -118,9 +116,10 @@ async def image_service(settings: Settings) -> AsyncIterator[ImageService]:
         public_url = settings.server.public_url
         if public_url is None:
             log.warning("GATEWAY_PUBLIC_URL is not set: image tasks get no webhooks and are polled from the start")
+        webhook_urls = WebhookUrls(
+            f"{public_url.rstrip('/')}/v1/callbacks/pika" if public_url else None, config.api_key
+        )
         runner_config = RunnerConfig(
-            callback_url_base=f"{public_url.rstrip('/')}/v1/callbacks/pika" if public_url else None,
-            callback_key=callback_key(config.api_key),
             callback_grace_seconds=config.callback_grace_seconds,
             poll_initial_seconds=config.poll_initial_seconds,
             poll_max_seconds=config.poll_max_seconds,
@@ -129,24 +128,19 @@ async def image_service(settings: Settings) -> AsyncIterator[ImageService]:
             max_concurrent_submits=config.max_concurrent_submits,
         )
         ledger = TaskLedger(store, retention_seconds=tasks.retention_seconds)
-        runner = ImageTaskRunner(ledger, client, quota, runner_config, owner=owner)
+        runner = VideoTaskRunner(ledger, client, quota, webhook_urls, runner_config, owner=owner)
         await runner.start()  # also without a key: unfinished tasks still time out and expire
         stack.push_async_callback(runner.aclose)
-        yield ImageService(
+        yield VideoService(
             ledger,
-            runner,
+            runner.submitter,
+            runner.reaper,
             verifier,
+            webhook_urls,
             configured=client.configured,
             task_timeout_seconds=config.task_timeout_seconds,
             max_prompt_chars=config.max_prompt_chars,
         )
-
-
-def callback_key(api_key: SecretStr | None) -> bytes:
-    """The key of the webhook URLs' tokens: derived from the fal key, which every replica has, so no replica
-    needs another secret (a new fal key voids the tokens of jobs in flight; polling finishes those)."""
-    secret = api_key.get_secret_value() if api_key is not None else ""
-    return hashlib.sha256(b"ai-gateway webhook url\0" + secret.encode()).digest()
 
 
 def replica_name() -> str:
@@ -189,14 +183,14 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             service = EmbeddingService(triton, cache, settings.limits)
             app.state.embeddings = service
             app.state.chat = await stack.enter_async_context(chat_service(settings, service))
-            app.state.images = await stack.enter_async_context(image_service(settings))
+            app.state.video = await stack.enter_async_context(video_service(settings))
             grpc_server = create_grpc_server(
                 service,
                 verifier,
                 host=settings.server.host,
                 port=settings.server.grpc_port,
                 chat=app.state.chat,
-                images=app.state.images,
+                video=app.state.video,
                 in_flight=in_flight,
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,
@@ -222,7 +216,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     install_error_handlers(app)
     embeddings.attach_router(app)
     chat.attach_router(app)
-    images.attach_router(app)
+    video.attach_router(app)
     callbacks.attach_router(app)
     health.attach_router(app)
     app.add_middleware(ApiKeyMiddleware, verifier=verifier)

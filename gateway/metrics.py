@@ -79,27 +79,27 @@ QUOTA_DEGRADED = Gauge("gateway_quota_degraded", "1 while the shared quota falls
 BREAKER_STATE = Gauge("gateway_llm_breaker_open", "1 while a model's circuit breaker is open.", ["model"])
 
 TASK_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0)
-IMAGE_TASKS = Gauge(
+VIDEO_TASKS = Gauge(
     "gateway_image_tasks", "Unfinished image tasks in the store by state (seen by this replica).", ["state"]
 )
-IMAGE_TASK_TRANSITIONS = Counter(
+VIDEO_TASK_TRANSITIONS = Counter(
     "gateway_image_task_transitions_total", "Image tasks moved into a state by this replica.", ["state"]
 )
-IMAGE_TASK_DURATION = Histogram(
+VIDEO_TASK_DURATION = Histogram(
     "gateway_image_task_duration_seconds", "Task creation to its end, by final state.", ["state"], buckets=TASK_BUCKETS
 )
-IMAGE_SUBMIT_LATENCY = Histogram(
+VIDEO_SUBMIT_LATENCY = Histogram(
     "gateway_image_submit_duration_seconds",
     "Time to accept a generation request (store write, no upstream call).",
     buckets=LATENCY_BUCKETS,
 )
-IMAGE_UPSTREAM_SUBMITS = Counter(
+VIDEO_UPSTREAM_SUBMITS = Counter(
     "gateway_image_upstream_submits_total", "Submissions to the image upstream by result.", ["result"]
 )  # result: accepted | retry | rejected
-IMAGE_CALLBACKS = Counter("gateway_image_callbacks_total", "Webhook calls received, by result.", ["result"])
+VIDEO_CALLBACKS = Counter("gateway_image_callbacks_total", "Webhook calls received, by result.", ["result"])
 # result: applied | duplicate | stale | rejected | unknown_task
-IMAGE_TASKS_COMPLETED_BY_POLLING = Counter(
+VIDEO_TASKS_COMPLETED_BY_POLLING = Counter(
     "gateway_image_tasks_completed_by_polling_total", "Tasks whose webhook never came: their end was found by polling."
 )
-IMAGE_POLLS = Counter("gateway_image_polls_total", "Status polls of the image upstream by result.", ["result"])
+VIDEO_POLLS = Counter("gateway_image_polls_total", "Status polls of the image upstream by result.", ["result"])
 # result: in_queue | in_progress | completed | failed (the job ended in an error) | error (the poll failed)

@@ -17,8 +17,8 @@ from gateway.grpc.servicer import (
     ChatServicer,
     EmbeddingBackend,
     EmbeddingsServicer,
-    ImageBackend,
     ImagesServicer,
+    VideoBackend,
 )
 from gateway.limits import InFlightLimit
 
@@ -68,7 +68,7 @@ def create_grpc_server(
     host: str,
     port: int,
     chat: ChatBackend | None = None,
-    images: ImageBackend | None = None,
+    video: VideoBackend | None = None,
     in_flight: InFlightLimit | None = None,
     watchers: InFlightLimit | None = None,
     timeout_seconds: float | None = None,
@@ -88,8 +88,8 @@ def create_grpc_server(
     if chat is not None:
         _add_chat(ChatServicer(chat), server)
         services.append(CHAT_SERVICE)
-    if images is not None:
-        _add_images(ImagesServicer(images), server)
+    if video is not None:
+        _add_images(ImagesServicer(video), server)
         services.append(IMAGES_SERVICE)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -14,10 +14,10 @@ from gateway.auth import caller_identity
 from gateway.errors import InvalidRequestError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.protocol.chat import ChatCompletionRequest
-from gateway.protocol.images import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest
+from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest
 from gateway.services.chat import CacheResult
 from gateway.services.embeddings import EmbeddingResult
-from gateway.services.images import public_task
+from gateway.services.video import public_task
 from gateway.tasks.model import Task
 
 
@@ -108,8 +108,8 @@ def chat_chunk(chunk_json: str) -> pb.ChatChunk:
     )
 
 
-class ImageBackend(Protocol):
-    """What the gRPC front end needs from the image task service (`gateway.services.images`)."""
+class VideoBackend(Protocol):
+    """What the gRPC front end needs from the video task service (`gateway.services.video`)."""
 
     async def submit(
         self, request: ImageGenerationRequest, *, idempotency_key: str | None = None, caller: str = ""
@@ -126,11 +126,11 @@ class ImagesServicer:
     """`gateway.v1.Images`: the REST task API over the same service. Submit sets trailing metadata
     `idempotent-replayed: true` when the idempotency key named an earlier task."""
 
-    def __init__(self, backend: ImageBackend) -> None:
+    def __init__(self, backend: VideoBackend) -> None:
         self._backend = backend
 
     async def Submit(self, request: pb.ImageRequest, context: grpc.aio.ServicerContext) -> pb.Task:
-        body = image_request(request)
+        body = video_request(request)
         key = idempotency_key(request.idempotency_key)
         task, created = await self._backend.submit(body, idempotency_key=key, caller=caller(context))
         if not created:
@@ -150,20 +150,20 @@ class ImagesServicer:
                 yield task_message(task)
 
 
-def image_request(request: pb.ImageRequest) -> ImageGenerationRequest:
+def video_request(request: pb.ImageRequest) -> ImageGenerationRequest:
     """The generation request, validated like the REST body; options_json supplies the pass-through fields."""
     fields: dict[str, Any] = {"prompt": request.prompt}
     for name in ("negative_prompt", "width", "height", "size"):
         if request.HasField(name):
             fields[name] = getattr(request, name)
     try:
-        return ImageGenerationRequest.model_validate({**image_options(request.options_json), **fields})
+        return ImageGenerationRequest.model_validate({**video_options(request.options_json), **fields})
     except ValidationError as exc:
         location, message = first_error(exc)
         raise InvalidRequestError(f"{location}: {message}" if location else message, param=location or None) from None
 
 
-def image_options(options_json: str) -> dict[str, Any]:
+def video_options(options_json: str) -> dict[str, Any]:
     if not options_json:
         return {}
     try:

@@ -2,7 +2,7 @@
 
 This route takes no API key (fal cannot send one); `ApiKeyMiddleware` exempts `CALLBACK_PREFIX` and
 the service verifies fal's Ed25519 signature over the raw body instead, and the `token` that the job's
-webhook URL carries (`gateway.services.image_runner.callback_token`).
+webhook URL carries (`gateway.upstreams.webhooks.WebhookUrls`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from gateway.protocol.openai import ErrorResponse
-from gateway.routes.images import images
+from gateway.routes.video import video
 
 router = APIRouter()
 
@@ -25,7 +25,7 @@ async def pika_callback(
     token: str = Query("", description="The token of the webhook URL the job was submitted with."),
 ) -> JSONResponse:
     body = await request.body()
-    task = await images(request).handle_callback(task_id, request.headers, body, token)
+    task = await video(request).handle_callback(task_id, request.headers, body, token)
     return JSONResponse({"received": True, "task_id": task.id, "status": task.state.value})
 
 

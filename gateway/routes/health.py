@@ -7,7 +7,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.routes.embeddings import embeddings
-from gateway.routes.images import images
+from gateway.routes.video import video
 
 router = APIRouter()
 
@@ -29,7 +29,7 @@ async def readyz(request: Request) -> JSONResponse:
     checks = {"triton": "ok" if triton else "unavailable"}
     if cache is not None:
         checks["cache"] = "ok" if cache else "degraded"
-    checks["tasks"] = "ok" if await images(request).ready() else "unavailable"
+    checks["tasks"] = "ok" if await video(request).ready() else "unavailable"
     return JSONResponse({"ready": triton, "checks": checks}, status_code=200 if triton else 503)
 
 

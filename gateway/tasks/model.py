@@ -1,4 +1,4 @@
-"""An image generation task: its states, the only moves between them, and its record.
+"""A video generation task: its states, the only moves between them, and its record.
 
     pending ──> processing ──> completed
        │            │

@@ -175,7 +175,7 @@ class SqliteTaskStore:
 
     async def purge_expired(self, now: float) -> int:
         """In batches, so one large delete never holds the loop. Expired leases go too: a lease on a task that
-        has moved on is left to lapse rather than released (see `ImageTaskRunner`)."""
+        has moved on is left to lapse rather than released (see `VideoSubmitter`)."""
         await self._write("purge_expired", _PURGE_LEASES, (now,))
         purged = 0
         while True:

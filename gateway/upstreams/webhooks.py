@@ -9,6 +9,10 @@ of an expired cache fails, the keys fetched before stay in use (fal rotates rare
 while), and a failed fetch is not tried again for `FAILED_FETCH_RETRY_SECONDS`, so calls (forged ones included)
 cannot queue every webhook behind fetches of an endpoint that is down. The JWKS is read about once an hour,
 so httpx serves it (the hot upstream calls use aiohttp). `httpx.HTTPError` never leaves this module.
+
+The signature proves that fal sent a call, not that the job is ours: fal signs every webhook it sends, for
+any customer's job and to any URL. So each job is submitted with its own webhook URL (`WebhookUrls`), which
+carries a token minted and checked here.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import hmac
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +29,7 @@ from collections.abc import Callable, Mapping
 import httpx
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import SecretStr
 
 from gateway.errors import AuthenticationError, UpstreamUnavailableError
 
@@ -47,6 +53,34 @@ class WebhookKeysUnavailableError(UpstreamUnavailableError):
     """fal's signing keys could not be fetched, so no webhook can be verified."""
 
     code = "webhook_keys_unavailable"
+
+
+class WebhookUrls:
+    """The webhook URL each job is submitted with, and the check that a webhook came to one of them.
+
+    The URL of task `t` is `{base_url}/{t}?token=...`, the token an HMAC of the task id: a webhook that
+    carries it came for a job this gateway submitted for that task. The key is derived from the fal key,
+    which every replica has, so no replica needs another secret (a new fal key voids the tokens of jobs in
+    flight; polling finishes those).
+    """
+
+    def __init__(self, base_url: str | None, fal_key: SecretStr | None) -> None:
+        self._base_url = base_url.rstrip("/") if base_url else None  # None: no webhooks, tasks are polled
+        secret = fal_key.get_secret_value() if fal_key is not None else ""
+        self._key = hashlib.sha256(b"ai-gateway webhook url\0" + secret.encode()).digest()
+
+    def url(self, task_id: str) -> str | None:
+        """The webhook URL to submit `task_id`'s job with; None when webhooks are off."""
+        return f"{self._base_url}/{task_id}?token={self.token(task_id)}" if self._base_url else None
+
+    def token(self, task_id: str) -> str:
+        return hmac.new(self._key, task_id.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def verify(self, task_id: str, token: str) -> None:
+        """Return when `token` is the one in `task_id`'s webhook URL; raise `WebhookSignatureError` otherwise."""
+        # Compared as bytes: a URL may carry any text, and `compare_digest` takes str only when it is ASCII.
+        if not hmac.compare_digest(token.encode(), self.token(task_id).encode()):
+            raise WebhookSignatureError("webhook URL lacks this task's token: not a job this gateway submitted")
 
 
 class FalWebhookVerifier:

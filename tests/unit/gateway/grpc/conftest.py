@@ -35,7 +35,7 @@ from gateway.errors import (  # noqa: E402
 )
 from gateway.grpc.pb.gateway.v1 import gateway_pb2_grpc  # noqa: E402
 from gateway.grpc.server import GrpcServer, create_grpc_server  # noqa: E402
-from gateway.grpc.servicer import ImageBackend  # noqa: E402
+from gateway.grpc.servicer import VideoBackend  # noqa: E402
 from gateway.limits import InFlightLimit  # noqa: E402
 from gateway.services.embeddings import EmbeddingResult  # noqa: E402
 
@@ -161,14 +161,14 @@ def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
     def start(
         keys: Sequence[str] = (API_KEY,),
         handlers: Sequence[Any] = (),
-        images: ImageBackend | None = None,
+        images: VideoBackend | None = None,
         in_flight: InFlightLimit | None = None,
         timeout_seconds: float | None = None,
         max_message_bytes: int | None = None,
     ) -> Harness:
         backend = FakeBackend()
         options = {
-            "images": images,
+            "video": images,
             "in_flight": in_flight,
             "timeout_seconds": timeout_seconds,
             "max_message_bytes": max_message_bytes,

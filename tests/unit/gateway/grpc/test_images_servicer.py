@@ -1,7 +1,7 @@
 """gateway.v1.Images end to end over a real grpc.aio server, with an in-memory fake of the image task service.
 
 The fake keeps the service's contract (NotFoundError for unknown ids, ConflictError for a reused idempotency key
-with another request or for cancelling a finished task, watch raising up front); the gateway's real ImageService
+with another request or for cancelling a finished task, watch raising up front); the gateway's real VideoService
 against the Pika simulator is covered by the integration tests.
 """
 
@@ -22,8 +22,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from gateway.errors import ConflictError, NotFoundError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
-from gateway.protocol.images import ImageGenerationRequest
-from gateway.services.images import public_task
+from gateway.protocol.video import ImageGenerationRequest
+from gateway.services.video import public_task
 from gateway.tasks.model import Task, TaskError, TaskState
 from tests.unit.gateway.grpc.conftest import API_KEY, AUTH, Harness, HarnessFactory
 
@@ -53,7 +53,7 @@ class SubmitCall:
 
 @dataclass
 class FakeImages:
-    """ImageService's contract in memory. `histories` scripts what WatchTask sees; ids in `hold_open` keep
+    """VideoService's contract in memory. `histories` scripts what WatchTask sees; ids in `hold_open` keep
     the watch open after their history (until the call is cancelled)."""
 
     tasks: dict[str, Task] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""FalWebhookVerifier against a fake fal JWKS endpoint and freshly generated Ed25519 keys."""
+"""FalWebhookVerifier against a fake fal JWKS endpoint and freshly generated Ed25519 keys; the webhook URLs' tokens."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from pydantic import SecretStr
 
 from gateway.upstreams.webhooks import (
     FAILED_FETCH_RETRY_SECONDS,
     FalWebhookVerifier,
     WebhookKeysUnavailableError,
     WebhookSignatureError,
+    WebhookUrls,
 )
 
 JWKS_URL = "https://rest.alpha.fal.ai/.well-known/jwks.json"
@@ -324,3 +326,18 @@ def test_without_keys_a_failed_fetch_is_not_repeated_for_every_call() -> None:
             assert fal.fetches == 2
 
     asyncio.run(main())
+
+
+def test_each_task_has_its_own_webhook_url_token_under_a_key_derived_from_the_fal_key() -> None:
+    base = "https://gw.example/v1/callbacks/pika"
+    replicas = [WebhookUrls(base, SecretStr(key)) for key in ("k1", "k1", "k2")]
+    url = replicas[0].url("task-1")
+    assert url is not None and url.startswith(f"{base}/task-1?token=")
+    token = url.partition("?token=")[2]
+    assert replicas[1].url("task-1") == url  # every replica with the key agrees
+    replicas[1].verify("task-1", token)
+    refused = [("task-2", token, 1), ("task-1", token, 2), ("task-1", "", 1), ("task-1", "é" * 32, 1)]
+    for task_id, candidate, replica in refused:  # another task, another key (a new fal key), no token, any text
+        with pytest.raises(WebhookSignatureError, match="lacks this task's token"):
+            replicas[replica].verify(task_id, candidate)
+    assert WebhookUrls(None, SecretStr("k1")).url("task-1") is None  # no public URL: polled from the start

@@ -21,14 +21,14 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import SecretStr
 
 from gateway.errors import InvalidRequestError, OverloadedError, UpstreamUnavailableError
-from gateway.upstreams.image_api import (
+from gateway.upstreams.fal import (
     FalQueueClient,
     FalStatus,
     FalSubmission,
-    ImageNotConfiguredError,
-    ImageTimeoutError,
-    ImageUnavailableError,
-    ImageUpstreamError,
+    VideoNotConfiguredError,
+    VideoTimeoutError,
+    VideoUnavailableError,
+    VideoUpstreamError,
 )
 
 KEY = "fal-secret-key-1234"
@@ -151,7 +151,7 @@ def test_submit_answer_missing_urls_is_an_upstream_error() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"request_id": "req-1"})
 
-    with pytest.raises(ImageUpstreamError, match="status_url, response_url, cancel_url"):
+    with pytest.raises(VideoUpstreamError, match="status_url, response_url, cancel_url"):
         _run(handler, lambda c: c.submit({}, None))
 
 
@@ -205,7 +205,7 @@ def test_status_states(payload: dict[str, Any], expected: FalStatus) -> None:
 
 
 def test_unknown_status_is_an_upstream_error() -> None:
-    with pytest.raises(ImageUpstreamError, match="'EXPLODED'"):
+    with pytest.raises(VideoUpstreamError, match="'EXPLODED'"):
         _run(lambda r: httpx.Response(200, json={"status": "EXPLODED"}), lambda c: c.status(f"{APP}/status"))
 
 
@@ -229,7 +229,7 @@ def test_rejected_credentials_name_the_variable_never_the_key(status: int) -> No
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, json={"detail": f"invalid key {KEY}"})
 
-    with pytest.raises(ImageUpstreamError) as caught:
+    with pytest.raises(VideoUpstreamError) as caught:
         _run(handler, lambda c: c.submit({}, None))
     assert "PIKA_API_KEY" in caught.value.message
     assert KEY not in str(caught.value)
@@ -240,7 +240,7 @@ def test_echoed_key_is_redacted_from_upstream_messages() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(500, json={"detail": f"crash while using {KEY}"})
 
-    with pytest.raises(ImageUpstreamError) as caught:
+    with pytest.raises(VideoUpstreamError) as caught:
         _run(handler, lambda c: c.result(APP))
     assert KEY not in str(caught.value)
     assert "***" in str(caught.value)
@@ -260,7 +260,7 @@ def test_missing_key_is_503_naming_the_variable_and_sends_nothing() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise AssertionError("no request may be sent without a key")
 
-    with pytest.raises(ImageNotConfiguredError) as caught:
+    with pytest.raises(VideoNotConfiguredError) as caught:
         _run(handler, lambda c: c.submit({}, None), api_key=None)
     assert isinstance(caught.value, UpstreamUnavailableError)
     assert caught.value.status_code == 503
@@ -268,7 +268,7 @@ def test_missing_key_is_503_naming_the_variable_and_sends_nothing() -> None:
 
 
 def test_connection_error_is_unavailable() -> None:
-    with pytest.raises(ImageUnavailableError) as caught:
+    with pytest.raises(VideoUnavailableError) as caught:
         _run(lambda r: httpx.Response(200, json=SUBMITTED), lambda c: c.submit({}, None), port=_closed_port())
     assert caught.value.status_code == 503
     assert isinstance(caught.value.__cause__, aiohttp.ClientConnectionError)
@@ -276,7 +276,7 @@ def test_connection_error_is_unavailable() -> None:
 
 
 def test_timeout_is_a_timeout_error() -> None:
-    with pytest.raises(ImageTimeoutError) as caught:
+    with pytest.raises(VideoTimeoutError) as caught:
         answer = httpx.Response(200, json={"status": "IN_PROGRESS"})
         _run(lambda r: answer, lambda c: c.status(f"{APP}/status"), delay=1.0, read_timeout=0.2)
     assert caught.value.status_code == 504
@@ -284,10 +284,10 @@ def test_timeout_is_a_timeout_error() -> None:
 
 @pytest.mark.parametrize("status", [502, 503, 504])
 def test_gateway_statuses_are_unavailable(status: int) -> None:
-    with pytest.raises(ImageUnavailableError):
+    with pytest.raises(VideoUnavailableError):
         _run(lambda r: httpx.Response(status, text="down"), lambda c: c.result(APP))
 
 
 def test_unreadable_result_is_an_upstream_error() -> None:
-    with pytest.raises(ImageUpstreamError, match="unreadable result"):
+    with pytest.raises(VideoUpstreamError, match="unreadable result"):
         _run(lambda r: httpx.Response(200, text="<html>"), lambda c: c.result(APP))

@@ -27,7 +27,7 @@ import pytest
 
 from localtriton.ports import free_port
 from tests.conftest import ROOT
-from tests.integration.gateway.test_images import metric
+from tests.integration.gateway.test_video import metric
 from tests.pika_fixtures import RunningPikaSimulator
 
 pytestmark = pytest.mark.slow

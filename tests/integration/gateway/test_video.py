@@ -20,9 +20,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from gateway.app import callback_key
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.services.image_runner import callback_token
 from gateway.settings import (
     AuthSettings,
     LimitSettings,
@@ -32,6 +30,7 @@ from gateway.settings import (
     VideoSettings,
 )
 from gateway.sim.pika import webhook_message
+from gateway.upstreams.webhooks import WebhookUrls
 from localtriton.ports import free_port
 from tests.integration.gateway.conftest import RunningGateway
 from tests.pika_fixtures import RunningPikaSimulator
@@ -236,7 +235,7 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     http: httpx.Client,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="gateway.services.images")
+    caplog.set_level(logging.WARNING, logger="gateway.services.video")
     pika_simulator.config.sign_with_wrong_key = True
     pika_simulator.config.job_seconds = 0.2
     task_id = submit(http, image_gateway).json()["id"]
@@ -261,12 +260,12 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     # Signed by fal, but not to the URL this gateway gave the job: e.g. another fal customer's job
     # submitted with this task's callback address.
     plain = f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}"
-    another_tasks = callback_token(callback_key(SecretStr(KEY)), "task_other")
+    another_tasks = WebhookUrls(None, SecretStr(KEY)).token("task_other")
     for untokened in (plain, f"{plain}?token={'0' * 32}", f"{plain}?token={another_tasks}"):
         refused = http.post(untokened, content=raw, headers=headers)
         assert refused.status_code == 401 and "token" in refused.json()["error"]["message"], refused.text
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json()["status"] == "processing"
-    refusals = [r.getMessage() for r in caplog.records if r.name == "gateway.services.images"]
+    refusals = [r.getMessage() for r in caplog.records if r.name == "gateway.services.video"]
     assert any(f"task {task_id} refused: webhook signature matches none" in m for m in refusals), refusals
     assert any("lacks header(s)" in m and "x-fal-webhook-signature" in m for m in refusals)
     assert any("lacks this task's token" in m for m in refusals)

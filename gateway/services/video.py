@@ -1,6 +1,7 @@
-"""Image generation as asynchronous tasks: accept, read, watch, cancel, and take the upstream's webhook.
+"""Video generation (Pika text-to-video) as asynchronous tasks: accept, read, watch, cancel, and take the
+upstream's webhook. The public route keeps the OpenAI images shape (`/v1/images/generations`).
 
-Accepting a request only writes the task to the store and queues it (`ImageTaskRunner` submits it),
+Accepting a request only writes the task to the store and queues it (`VideoSubmitter` submits it),
 so the answer never waits for the upstream. Every state change goes through `TaskLedger.change`.
 """
 
@@ -15,14 +16,15 @@ from typing import Any, Protocol
 
 from gateway import metrics
 from gateway.errors import ConflictError, InvalidRequestError, NotFoundError
-from gateway.protocol.images import MAX_SIDE, MIN_SIDE, ImageGenerationRequest, TaskErrorObject, TaskObject
 from gateway.protocol.unicode import require_unicode
-from gateway.services.image_ledger import TaskLedger
-from gateway.services.image_runner import ImageTaskRunner
+from gateway.protocol.video import MAX_SIDE, MIN_SIDE, ImageGenerationRequest, TaskErrorObject, TaskObject
+from gateway.services.video_ledger import TaskLedger
+from gateway.services.video_reaper import VideoReaper
+from gateway.services.video_submitter import VideoSubmitter
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
-from gateway.upstreams.image_api import KEY_ENV, ImageNotConfiguredError, pika_arguments, result_urls
-from gateway.upstreams.webhooks import WebhookSignatureError
+from gateway.upstreams.fal import KEY_ENV, VideoNotConfiguredError, pika_arguments, result_urls
+from gateway.upstreams.webhooks import WebhookSignatureError, WebhookUrls
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +35,24 @@ class WebhookVerifier(Protocol):
     async def verify(self, headers: Mapping[str, str], body: bytes) -> None: ...
 
 
-class ImageService:
+class VideoService:
     def __init__(
         self,
         ledger: TaskLedger,
-        runner: ImageTaskRunner,
+        submitter: VideoSubmitter,
+        reaper: VideoReaper,
         verifier: WebhookVerifier,
+        webhook_urls: WebhookUrls,
         *,
         configured: bool,
         task_timeout_seconds: float,
         max_prompt_chars: int,
     ) -> None:
         self._ledger = ledger
-        self._runner = runner
+        self._submitter = submitter
+        self._reaper = reaper
         self._verifier = verifier
+        self._webhook_urls = webhook_urls
         self._configured = configured
         self._timeout = task_timeout_seconds
         self._max_prompt_chars = max_prompt_chars
@@ -57,7 +63,7 @@ class ImageService:
         """Store a pending task and queue it; `(task, False)` when the idempotency key names an earlier one."""
         started = time.perf_counter()
         if not self._configured:
-            raise ImageNotConfiguredError(f"image generation is not configured: set {KEY_ENV}")
+            raise VideoNotConfiguredError(f"image generation is not configured: set {KEY_ENV}")
         arguments = self._arguments(request)
         request_hash = _digest(json.dumps(request.model_dump(exclude_none=True), sort_keys=True))
         now = self._ledger.clock()
@@ -73,16 +79,15 @@ class ImageService:
             request_hash=request_hash,
         )
         leased_at = time.monotonic()
-        stored, created = await self._ledger.store.create(task, self._runner.submit_lease(task.id))
+        stored, created = await self._ledger.create(task, self._submitter.submit_lease(task.id))
         if not created and stored.request_hash != request_hash:
             raise ConflictError(
                 "Idempotency-Key was already used for a different request; use a new key for a new request",
                 param="Idempotency-Key",
             )
         if created:
-            self._runner.enqueue_created(stored, leased_at)
-            metrics.IMAGE_TASK_TRANSITIONS.labels(state=TaskState.PENDING.value).inc()
-        metrics.IMAGE_SUBMIT_LATENCY.observe(time.perf_counter() - started)
+            self._submitter.enqueue_created(stored, leased_at)
+        metrics.VIDEO_SUBMIT_LATENCY.observe(time.perf_counter() - started)
         return stored, created
 
     async def get(self, task_id: str) -> Task:
@@ -102,7 +107,7 @@ class ImageService:
 
         task, changed = await self._ledger.change(task_id, decide)
         if changed:
-            self._runner.cancel_upstream(task)
+            self._reaper.cancel_upstream(task)
         return task
 
     async def watch(self, task_id: str) -> AsyncGenerator[Task, None]:
@@ -111,7 +116,7 @@ class ImageService:
         return self._changes(task_id)
 
     async def _changes(self, task_id: str) -> AsyncGenerator[Task, None]:
-        async with self._ledger.store.changes(task_id) as changes:  # subscribed before the first read
+        async with self._ledger.changes(task_id) as changes:  # subscribed before the first read
             task = await self._ledger.get(task_id)
             yield task
             while not task.state.terminal:
@@ -139,14 +144,15 @@ class ImageService:
         try:
             task = await self._ledger.get(task_id)
         except Exception:
-            metrics.IMAGE_CALLBACKS.labels(result="unknown_task").inc()
+            metrics.VIDEO_CALLBACKS.labels(result="unknown_task").inc()
             raise
-        if not self._runner.callback_token_valid(task_id, token):
-            error = WebhookSignatureError("webhook URL lacks this task's token: not a job this gateway submitted")
-            _reject(task_id, error)
-            raise error
+        try:
+            self._webhook_urls.verify(task_id, token)
+        except WebhookSignatureError as exc:
+            _reject(task_id, exc)
+            raise
         if task.upstream_request_id is not None and request_id != task.upstream_request_id:
-            metrics.IMAGE_CALLBACKS.labels(result="stale").inc()  # from a submission this task no longer tracks
+            metrics.VIDEO_CALLBACKS.labels(result="stale").inc()  # from a submission this task no longer tracks
             return task
 
         def decide(current: Task) -> Task | None:
@@ -163,12 +169,12 @@ class ImageService:
             return self._ledger.failed(current, "upstream_error", message, completed_by="callback")
 
         task, changed = await self._ledger.change(task_id, decide, known=task)
-        metrics.IMAGE_CALLBACKS.labels(result="applied" if changed else "duplicate").inc()
+        metrics.VIDEO_CALLBACKS.labels(result="applied" if changed else "duplicate").inc()
         return task
 
     async def ready(self) -> bool:
         try:
-            return await self._ledger.store.ping()
+            return await self._ledger.ping()
         except TaskStoreError:
             return False
 
@@ -221,7 +227,7 @@ def public_task(task: Task) -> TaskObject:
 def _reject(task_id: str, error: Exception) -> None:
     """Count and log a refused webhook, so that a misconfigured signing key or callback URL shows up in the
     logs and not only as tasks that finish late by polling. The reason is ours: no token or signature."""
-    metrics.IMAGE_CALLBACKS.labels(result="rejected").inc()
+    metrics.VIDEO_CALLBACKS.labels(result="rejected").inc()
     log.warning("webhook for task %s refused: %s", task_id, error)
 
 

@@ -14,12 +14,14 @@ import pytest
 
 from gateway.errors import UpstreamUnavailableError
 from gateway.quota import LocalQuotaLimiter
-from gateway.services.image_ledger import TaskLedger
-from gateway.services.image_runner import ImageTaskRunner, RunnerConfig, backoff
+from gateway.services.video_ledger import TaskLedger
+from gateway.services.video_runner import RunnerConfig, VideoTaskRunner
+from gateway.services.video_steps import backoff
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
-from gateway.upstreams.image_api import FalStatus, FalSubmission, pika_arguments, result_urls
+from gateway.upstreams.fal import FalStatus, FalSubmission, pika_arguments, result_urls
+from gateway.upstreams.webhooks import WebhookUrls
 
 P, R, C, F, X = (
     TaskState.PENDING,
@@ -207,14 +209,14 @@ class Upstream:
         return True
 
 
-async def submitted(store: StoreCalls, runner: ImageTaskRunner, task: Task, leased_at: float | None) -> Task:
+async def submitted(store: StoreCalls, runner: VideoTaskRunner, task: Task, leased_at: float | None) -> Task:
     """Create `task` as the submit route does (with the runner's lease), queue it, and wait for its first save."""
-    lease = runner.submit_lease(task.id)
+    lease = runner.submitter.submit_lease(task.id)
     assert await store.create(task, lease if leased_at is not None else None) == (task, True)
     if leased_at is None:
-        runner.enqueue(task.id)
+        runner.submitter.enqueue(task.id)
     else:
-        runner.enqueue_created(task, leased_at)
+        runner.submitter.enqueue_created(task, leased_at)
     async with asyncio.timeout(5):
         while "save" not in store.calls:
             await asyncio.sleep(0.001)
@@ -234,8 +236,9 @@ def test_the_replica_that_created_a_task_submits_it_without_another_lease_or_rea
         store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
         ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         upstream = Upstream()
-        config = RunnerConfig(callback_url_base="https://gw.example/v1/callbacks/pika", scan_interval_seconds=60)
-        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        config = RunnerConfig(scan_interval_seconds=60)
+        urls = WebhookUrls("https://gw.example/v1/callbacks/pika", None)
+        runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), urls, config, owner="replica-1")
         await runner.start()
         now = time.time()
         task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
@@ -257,8 +260,10 @@ def test_a_task_left_pending_by_a_failed_submit_gets_its_lease_released(tmp_path
         ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         upstream = Upstream()
         upstream.down = True
-        config = RunnerConfig(callback_url_base=None, scan_interval_seconds=60)
-        runner = ImageTaskRunner(ledger, upstream, LocalQuotaLimiter(), config, owner="replica-1")
+        config = RunnerConfig(scan_interval_seconds=60)
+        runner = VideoTaskRunner(
+            ledger, upstream, LocalQuotaLimiter(), WebhookUrls(None, None), config, owner="replica-1"
+        )
         await runner.start()
         now = time.time()
         task = new_task(created_at=now, updated_at=now, deadline_at=now + 60)
@@ -326,21 +331,22 @@ class BrokenSaves(StoreCalls):
         return broken
 
 
-async def started_runner(store: StoreCalls, upstream: Upstream, quota: Any = None, **config: Any) -> ImageTaskRunner:
+async def started_runner(store: StoreCalls, upstream: Upstream, quota: Any = None, **config: Any) -> VideoTaskRunner:
     """A started runner on `store` (no webhooks, no scans unless `config` says otherwise)."""
     ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
-    settings = RunnerConfig(**{"callback_url_base": None, "scan_interval_seconds": 60, **config})
-    runner = ImageTaskRunner(ledger, upstream, quota or LocalQuotaLimiter(), settings, owner="replica-1")
+    settings = RunnerConfig(**{"scan_interval_seconds": 60, **config})
+    urls = WebhookUrls(None, None)
+    runner = VideoTaskRunner(ledger, upstream, quota or LocalQuotaLimiter(), urls, settings, owner="replica-1")
     await runner.start()
     return runner
 
 
-async def created(store: StoreCalls, runner: ImageTaskRunner, task_id: str | None = None) -> Task:
+async def created(store: StoreCalls, runner: VideoTaskRunner, task_id: str | None = None) -> Task:
     """A new task, created with its submit lease and queued, as the submit route does."""
     now = time.time()
     task = new_task(id=task_id or Task.new_id(), created_at=now, updated_at=now, deadline_at=now + 60)
-    await store.create(task, runner.submit_lease(task.id))
-    runner.enqueue_created(task, time.monotonic())
+    await store.create(task, runner.submitter.submit_lease(task.id))
+    runner.submitter.enqueue_created(task, time.monotonic())
     return task
 
 
@@ -360,7 +366,7 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
         upstream, quota = Upstream(), HeldQuota()
         runner = await started_runner(store, upstream, quota, lease_seconds=0.3)
         task = await created(store, runner)
-        lease = runner.submit_lease(task.id)
+        lease = runner.submitter.submit_lease(task.id)
         await until(quota.waiting.is_set)
         await asyncio.sleep(0.35)  # the lease (0.3 s) has lapsed while the slot was awaited
         if taken_over:
@@ -389,7 +395,7 @@ def test_the_submit_lease_is_renewed_while_a_slow_upstream_call_runs(tmp_path: P
         upstream = SlowUpstream(seconds=0.6)
         runner = await started_runner(store, upstream, lease_seconds=0.15)
         task = await created(store, runner)
-        lease = runner.submit_lease(task.id)
+        lease = runner.submitter.submit_lease(task.id)
         await until(upstream.calling.is_set)
         for _ in range(4):  # 0.4 s into the call: past the lease more than twice over
             await asyncio.sleep(0.1)
@@ -448,31 +454,6 @@ def test_a_job_whose_acceptance_cannot_be_recorded_is_cancelled(tmp_path: Path, 
         assert stored is not None and stored.state == P and stored.upstream_request_id is None
         assert upstream.submitted == [task.arguments]
         assert upstream.cancelled == ["https://queue.fal.run/pika/requests/1/cancel"]
-        await store.aclose()
-
-    asyncio.run(scenario())
-
-
-def test_each_task_has_its_own_webhook_url_token_under_the_replicas_key(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        store = SqliteTaskStore(tmp_path / "tasks.sqlite3")
-        ledger = TaskLedger(store, retention_seconds=60.0)
-        base = "https://gw.example/v1/callbacks/pika"
-        replicas = [
-            ImageTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(base, callback_key=key), owner=name)
-            for name, key in (("a", b"k1"), ("b", b"k1"), ("c", b"k2"))
-        ]
-        url = replicas[0].callback_url("task-1")
-        assert url is not None and url.startswith(f"{base}/task-1?token=")
-        token = url.partition("?token=")[2]
-        assert replicas[1].callback_url("task-1") == url  # every replica with the key agrees
-        assert replicas[1].callback_token_valid("task-1", token)
-        assert not replicas[1].callback_token_valid("task-2", token)
-        assert not replicas[2].callback_token_valid("task-1", token)  # another key (a new fal key)
-        assert not replicas[1].callback_token_valid("task-1", "")
-        assert not replicas[1].callback_token_valid("task-1", "é" * 32)  # any text a URL can carry
-        polled = ImageTaskRunner(ledger, Upstream(), LocalQuotaLimiter(), RunnerConfig(None), owner="d")
-        assert polled.callback_url("task-1") is None
         await store.aclose()
 
     asyncio.run(scenario())

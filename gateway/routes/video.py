@@ -10,9 +10,9 @@ from fastapi.responses import StreamingResponse
 
 from gateway import sse
 from gateway.auth import caller_identity
-from gateway.protocol.images import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
 from gateway.protocol.openai import ErrorResponse
-from gateway.services.images import ImageService, public_task
+from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
+from gateway.services.video import VideoService, public_task
 from gateway.tasks.model import Task
 
 router = APIRouter()
@@ -20,8 +20,8 @@ router = APIRouter()
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 413, 429, 503)}
 
 
-def images(request: Request) -> ImageService:
-    service: ImageService = request.app.state.images
+def video(request: Request) -> VideoService:
+    service: VideoService = request.app.state.video
     return service
 
 
@@ -34,7 +34,7 @@ async def create_image_generation(
     ),
 ) -> Response:
     caller = caller_identity(request.headers.get("authorization"))
-    task, created = await images(request).submit(body, idempotency_key=idempotency_key, caller=caller)
+    task, created = await video(request).submit(body, idempotency_key=idempotency_key, caller=caller)
     headers = {"Location": f"/v1/tasks/{task.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
@@ -43,12 +43,12 @@ async def create_image_generation(
 
 @router.get("/v1/tasks/{task_id}", response_model=TaskObject, responses=ERRORS)  # type: ignore[arg-type]
 async def get_task(task_id: str, request: Request) -> Response:
-    return task_response(await images(request).get(task_id))
+    return task_response(await video(request).get(task_id))
 
 
 @router.delete("/v1/tasks/{task_id}", response_model=TaskObject, responses=ERRORS)  # type: ignore[arg-type]
 async def cancel_task(task_id: str, request: Request) -> Response:
-    return task_response(await images(request).cancel(task_id))
+    return task_response(await video(request).cancel(task_id))
 
 
 @router.get(
@@ -56,7 +56,7 @@ async def cancel_task(task_id: str, request: Request) -> Response:
     responses={200: {"content": {sse.MEDIA_TYPE: {}}, "description": "One event per change, then [DONE]."}, **ERRORS},  # type: ignore[dict-item]
 )
 async def watch_task(task_id: str, request: Request) -> StreamingResponse:
-    changes = await images(request).watch(task_id)
+    changes = await video(request).watch(task_id)
     return StreamingResponse(
         sse.with_heartbeats(sse.encode_stream(_json(changes))), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS
     )

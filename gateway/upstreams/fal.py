@@ -39,22 +39,22 @@ _STATES: frozenset[str] = frozenset({"IN_QUEUE", "IN_PROGRESS", "COMPLETED"})
 KEY_ENV = "PIKA_API_KEY"
 
 
-class ImageUpstreamError(UpstreamError):
-    """The image upstream failed in a way the client cannot fix."""
+class VideoUpstreamError(UpstreamError):
+    """The video upstream failed in a way the client cannot fix."""
 
 
-class ImageUnavailableError(UpstreamUnavailableError):
+class VideoUnavailableError(UpstreamUnavailableError):
     pass
 
 
-class ImageTimeoutError(UpstreamTimeoutError):
+class VideoTimeoutError(UpstreamTimeoutError):
     pass
 
 
-ERRORS = UpstreamErrors("image upstream", KEY_ENV, ImageUpstreamError, ImageUnavailableError)
+ERRORS = UpstreamErrors("image upstream", KEY_ENV, VideoUpstreamError, VideoUnavailableError)
 
 
-class ImageNotConfiguredError(UpstreamUnavailableError):
+class VideoNotConfiguredError(UpstreamUnavailableError):
     code = "not_configured"
 
 
@@ -129,7 +129,7 @@ class FalQueueClient:
         fields = ("request_id", "status_url", "response_url", "cancel_url")
         missing = [name for name in fields if not isinstance(payload.get(name), str) or not payload.get(name)]
         if missing:
-            raise ImageUpstreamError(f"image upstream submit answer lacks {', '.join(missing)}")
+            raise VideoUpstreamError(f"image upstream submit answer lacks {', '.join(missing)}")
         return FalSubmission(*(str(payload[name]) for name in fields))
 
     async def status(self, submission_or_status_url: FalSubmission | str) -> FalStatus:
@@ -141,7 +141,7 @@ class FalQueueClient:
         payload = _json_object(await self._send("GET", url), "status")
         state = payload.get("status")
         if state not in _STATES:
-            raise ImageUpstreamError(f"image upstream status {state!r} is not one of {', '.join(sorted(_STATES))}")
+            raise VideoUpstreamError(f"image upstream status {state!r} is not one of {', '.join(sorted(_STATES))}")
         position = payload.get("queue_position")
         queue_position = position if isinstance(position, int) and not isinstance(position, bool) else None
         return FalStatus(state=state, queue_position=queue_position)
@@ -169,15 +169,15 @@ class FalQueueClient:
         accept: frozenset[int] | set[int] = frozenset(),
     ) -> _Reply:
         if self._api_key is None:
-            raise ImageNotConfiguredError(f"video generation is not configured: set {KEY_ENV}")
+            raise VideoNotConfiguredError(f"video generation is not configured: set {KEY_ENV}")
         headers = {"Authorization": f"Key {self._api_key.get_secret_value()}"}
         try:
             async with self._pool.get().request(method, url, json=json_body, params=params, headers=headers) as answer:
                 reply = _Reply(answer.status, answer.reason or "", answer.headers, await answer.read())
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
-            raise ImageTimeoutError("image upstream did not answer in time") from exc
+            raise VideoTimeoutError("image upstream did not answer in time") from exc
         except aiohttp.ClientError as exc:
-            raise ImageUnavailableError(f"image upstream unreachable: {type(exc).__name__}") from exc
+            raise VideoUnavailableError(f"image upstream unreachable: {type(exc).__name__}") from exc
         if reply.status < 400 or reply.status in accept:
             return reply
         raise _error_of(reply, self._api_key)
@@ -187,9 +187,9 @@ def _json_object(reply: _Reply, what: str) -> dict[str, Any]:
     try:
         payload = json.loads(reply.body)
     except ValueError as exc:
-        raise ImageUpstreamError(f"image upstream answered an unreadable {what}: {type(exc).__name__}") from exc
+        raise VideoUpstreamError(f"image upstream answered an unreadable {what}: {type(exc).__name__}") from exc
     if not isinstance(payload, dict):
-        raise ImageUpstreamError(f"image upstream {what} answer is a {type(payload).__name__}, expected an object")
+        raise VideoUpstreamError(f"image upstream {what} answer is a {type(payload).__name__}, expected an object")
     return payload
 
 

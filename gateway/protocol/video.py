@@ -1,4 +1,5 @@
-"""Wire models of the image task API: the generation request and the task object."""
+"""Wire models of the video task API: the generation request and the task object. The route and the model
+names keep the OpenAI images shape (`ImageGenerationRequest`, `image.generation.task`) that clients use."""
 
 from __future__ import annotations
 

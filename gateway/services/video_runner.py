@@ -1,0 +1,134 @@
+"""The background side of video tasks: a scanner that hands due tasks to the submitter, the poller and the
+reaper (`video_submitter.py`, `video_poller.py`, `video_reaper.py`), all around one `TaskLedger`.
+
+Each replica runs one `VideoTaskRunner`. Its scanner reads the unfinished tasks that are due (`Task.due_at`)
+from the store every `scan_interval_seconds`, so a task survives any replica: a restarted or surviving replica finds it
+still pending (and submits it) or processing (and polls it once its webhook is overdue). Submitting
+and polling a task each take a short lease in the store first, so one replica at a time does it;
+the time of the next attempt or poll is kept on the task, so the back-off continues wherever the
+task goes next. New tasks are also queued locally, so the replica that accepted one submits it at once,
+under the submit lease it took with the task (`VideoSubmitter.enqueue_created`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway import metrics
+from gateway.services.video_ledger import TaskLedger
+from gateway.services.video_poller import StatusQueue, VideoPoller
+from gateway.services.video_reaper import CancelQueue, VideoReaper
+from gateway.services.video_steps import TaskSteps
+from gateway.services.video_submitter import SUBMIT_DRAIN_SECONDS, SubmitQueue, SubmitQuota, VideoSubmitter
+from gateway.tasks.base import TaskStoreError
+from gateway.tasks.model import TaskState
+from gateway.upstreams.webhooks import WebhookUrls
+
+log = logging.getLogger(__name__)
+_jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
+
+MAX_DUE_PER_SCAN = 500  # the earliest due first; the rest wait for the next scan
+
+
+class VideoQueue(SubmitQueue, StatusQueue, CancelQueue, Protocol):
+    """What the runner needs from the upstream client (`FalQueueClient`)."""
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    callback_grace_seconds: float = 30.0
+    poll_initial_seconds: float = 1.0
+    poll_max_seconds: float = 10.0
+    lease_seconds: float = 30.0
+    scan_interval_seconds: float = 1.0
+    max_concurrent_submits: int = 4
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 30.0
+
+
+class VideoTaskRunner:
+    def __init__(
+        self,
+        ledger: TaskLedger,
+        upstream: VideoQueue,
+        quota: SubmitQuota,
+        webhook_urls: WebhookUrls,
+        config: RunnerConfig,
+        *,
+        owner: str,
+    ) -> None:
+        self._ledger = ledger
+        self._scan_interval = config.scan_interval_seconds
+        self._steps = TaskSteps()
+        self.reaper = VideoReaper(ledger, upstream, self._steps)
+        self.submitter = VideoSubmitter(
+            ledger,
+            upstream,
+            quota,
+            webhook_urls,
+            self._steps,
+            self.reaper,
+            owner=owner,
+            lease_seconds=config.lease_seconds,
+            max_concurrent_submits=config.max_concurrent_submits,
+            callback_grace_seconds=config.callback_grace_seconds,
+            poll_initial_seconds=config.poll_initial_seconds,
+            retry_initial_seconds=config.retry_initial_seconds,
+            retry_max_seconds=config.retry_max_seconds,
+        )
+        self.poller = VideoPoller(
+            ledger,
+            upstream,
+            owner=owner,
+            lease_seconds=config.lease_seconds,
+            poll_initial_seconds=config.poll_initial_seconds,
+            poll_max_seconds=config.poll_max_seconds,
+        )
+        self._scanner: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.submitter.start()
+        self._scanner = asyncio.create_task(self._scan_forever())
+
+    async def aclose(self, drain_seconds: float = SUBMIT_DRAIN_SECONDS) -> None:
+        """Stop scanning, let submits at the upstream record their outcome (`VideoSubmitter.aclose`), stop the
+        background steps, and give the stops of untracked jobs their time (`VideoReaper.aclose`)."""
+        if self._scanner is not None:
+            self._scanner.cancel()
+            await asyncio.gather(self._scanner, return_exceptions=True)
+        await self.submitter.aclose(drain_seconds)
+        await self._steps.aclose()
+        await self.reaper.aclose(drain_seconds)
+
+    async def scan_once(self) -> None:
+        now = self._ledger.clock()
+        counts = await self._ledger.count_unfinished()
+        for state in (TaskState.PENDING, TaskState.PROCESSING):
+            metrics.VIDEO_TASKS.labels(state=state.value).set(counts.get(state, 0))
+        # Only the tasks due by now, from the store's index: the scan costs what is due, not what is open.
+        for task in await self._ledger.due(now, MAX_DUE_PER_SCAN):
+            if self._steps.busy(task.id):
+                continue
+            if now >= task.deadline_at:
+                self._steps.spawn(self._steps.exclusive(task.id, self.reaper.time_out(task.id)))
+            elif task.state == TaskState.PENDING and (task.next_attempt_at or 0.0) <= now:
+                self.submitter.enqueue(task.id)
+            elif task.state == TaskState.PROCESSING and task.poll_after is not None and task.poll_after <= now:
+                self._steps.spawn(self._steps.exclusive(task.id, self.poller.poll(task.id)))
+        await self.reaper.purge_if_due(now)
+
+    async def _scan_forever(self) -> None:
+        while True:
+            try:
+                await self.scan_once()
+            except TaskStoreError as exc:
+                log.warning("image task scan failed: %s", exc.message)
+            except Exception:
+                log.exception("image task scan failed")
+            # Jittered: replicas with equal intervals lock into one phase, and the one whose scan comes first
+            # after a poll's due time would then make every poll (and each next one falls due in its phase).
+            await asyncio.sleep(self._scan_interval * _jitter.uniform(0.8, 1.2))

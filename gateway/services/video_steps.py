@@ -1,0 +1,59 @@
+"""What the parts of the video task runner share: one step at a time per task on this replica, the
+background steps that closing stops, and the back-off between tries.
+
+A task may be handed to a step from several places on one replica (the scanner, the submit queue, a
+cancel); the leases in the store keep other replicas out, and `TaskSteps` keeps this replica from racing
+with itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from gateway.errors import GatewayError
+
+log = logging.getLogger(__name__)
+
+
+def backoff(first: float, most: float, attempt: int) -> float:
+    """The wait before try `attempt + 1`: doubling from `first`, at most `most`."""
+    return float(min(most, first * 2 ** min(attempt, 30)))
+
+
+class TaskSteps:
+    def __init__(self) -> None:
+        self._busy: set[str] = set()  # tasks this replica is submitting, polling or timing out right now
+        self._background: set[asyncio.Task[None]] = set()
+
+    def busy(self, task_id: str) -> bool:
+        return task_id in self._busy
+
+    async def exclusive(self, task_id: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` unless this replica is already busy with the task; errors are logged, not raised."""
+        if task_id in self._busy:
+            work.close()
+            return
+        self._busy.add(task_id)
+        try:
+            await work
+        except GatewayError as exc:
+            log.warning("image task step failed: %s", exc.message, extra={"task_id": task_id})
+        except Exception:
+            log.exception("image task step failed", extra={"task_id": task_id})
+        finally:
+            self._busy.discard(task_id)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in the background until it ends or `aclose` cancels it."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def aclose(self) -> None:
+        tasks = list(self._background)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,248 @@
+"""Submitting pending tasks to the upstream: a local queue, a submit lease renewed while the call runs,
+a quota slot per call, the outcome recorded (or a retry with back-off), and a drain on close.
+
+The replica that accepts a task creates it together with its submit lease and queues it here
+(`enqueue_created`), so it submits at once with no read; the scanner queues the tasks of other (or
+dead) replicas that fall due. Only a pending task is ever submitted, and an accepted job whose record
+did not stick is cancelled (`VideoReaper.stop_if_untracked`), so a task never runs twice at the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from typing import Any, Protocol
+
+from gateway import metrics
+from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
+from gateway.services.video_ledger import TaskLedger
+from gateway.services.video_reaper import VideoReaper
+from gateway.services.video_steps import TaskSteps, backoff
+from gateway.tasks.base import Lease, TaskStoreError
+from gateway.tasks.model import Task, TaskState
+from gateway.upstreams.fal import FalSubmission
+from gateway.upstreams.webhooks import WebhookUrls
+
+log = logging.getLogger(__name__)
+
+SUBMIT_DRAIN_SECONDS = 5.0  # on close, for submits already at the upstream to record their outcome
+
+
+class SubmitQueue(Protocol):
+    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission: ...
+
+
+class SubmitQuota(Protocol):
+    def slot(self, estimated_tokens: int = 0) -> AbstractAsyncContextManager[object]: ...
+
+
+def _not_due(task: Task, now: float) -> bool:
+    return (task.next_attempt_at or 0.0) > now
+
+
+class VideoSubmitter:
+    def __init__(
+        self,
+        ledger: TaskLedger,
+        upstream: SubmitQueue,
+        quota: SubmitQuota,
+        webhook_urls: WebhookUrls,
+        steps: TaskSteps,
+        reaper: VideoReaper,
+        *,
+        owner: str,
+        lease_seconds: float,
+        max_concurrent_submits: int,
+        callback_grace_seconds: float,
+        poll_initial_seconds: float,
+        retry_initial_seconds: float,
+        retry_max_seconds: float,
+    ) -> None:
+        self._ledger = ledger
+        self._upstream = upstream
+        self._quota = quota
+        self._webhook_urls = webhook_urls
+        self._steps = steps
+        self._reaper = reaper
+        self._owner = owner  # this replica's name on leases
+        self._lease_seconds = lease_seconds
+        self._workers_wanted = max_concurrent_submits
+        self._callback_grace = callback_grace_seconds
+        self._poll_initial = poll_initial_seconds
+        self._retry_initial = retry_initial_seconds
+        self._retry_max = retry_max_seconds
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._created: dict[str, tuple[Task, float]] = {}  # by `enqueue_created`: record, when its lease was taken
+        self._workers: list[asyncio.Task[None]] = []
+        self._submits: set[asyncio.Task[None]] = set()
+        self._at_upstream: set[asyncio.Task[Any]] = set()  # submits past their quota wait, until recorded
+
+    def start(self) -> None:
+        self._workers = [asyncio.create_task(self._submit_worker()) for _ in range(self._workers_wanted)]
+
+    async def aclose(self, drain_seconds: float = SUBMIT_DRAIN_SECONDS) -> None:
+        """Stop. A submit already at the upstream gets up to `drain_seconds` to record its outcome: cut
+        between the upstream's acceptance and the record, its job would run untracked and the task be
+        submitted again (a paid duplicate). Submits still waiting for the quota are cancelled at once."""
+        for task in [*self._workers, *(self._submits - self._at_upstream)]:
+            task.cancel()
+        if self._at_upstream:
+            await asyncio.wait(self._at_upstream, timeout=drain_seconds)
+        tasks = [*self._workers, *self._submits]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def submit_lease(self, task_id: str) -> Lease:
+        """The lease a replica holds while it submits `task_id` upstream (renewed while the call runs)."""
+        return Lease(f"submit:{task_id}", self._owner, self._lease_seconds)
+
+    def enqueue_created(self, task: Task, leased_at: float) -> None:
+        """Queue a task this replica has just created together with its `submit_lease` (requested at
+        `leased_at`, monotonic): the submit starts from that record under that lease, with no read. A
+        cancel meanwhile is seen when the outcome is recorded (the upstream job is then cancelled)."""
+        self._created[task.id] = (task, leased_at)
+        self.enqueue(task.id)
+
+    def enqueue(self, task_id: str) -> None:
+        if task_id not in self._queued and not self._steps.busy(task_id):
+            self._queued.add(task_id)
+            self._queue.put_nowait(task_id)
+
+    async def _submit_worker(self) -> None:
+        while True:
+            task_id = await self._queue.get()
+            self._queued.discard(task_id)
+            # In its own task, which `aclose` may let finish after this worker is cancelled.
+            submit = asyncio.create_task(self._steps.exclusive(task_id, self._submit(task_id)))
+            self._submits.add(submit)
+            submit.add_done_callback(self._submits.discard)
+            submit.add_done_callback(self._at_upstream.discard)
+            await asyncio.shield(submit)
+
+    async def _submit(self, task_id: str) -> None:
+        lease = self.submit_lease(task_id)
+        task, leased_at = self._created.pop(task_id, (None, 0.0))
+        if task is None:
+            leased_at = time.monotonic()
+            if not await self._ledger.acquire_lease(lease):
+                return  # another replica is submitting it
+        still_pending = True
+        try:
+            if task is None:
+                task = await self._ledger.get(task_id)
+            now = self._ledger.clock()
+            if task.state != TaskState.PENDING or _not_due(task, now):
+                return
+            if now >= task.deadline_at:
+                await self._reaper.time_out(task_id)
+                return
+            still_pending = (await self._submit_pending(task, lease, leased_at)).state == TaskState.PENDING
+        finally:
+            # Only a pending task is ever submitted: a lease on one that has moved on guards nothing, and
+            # lapses by itself (one command fewer per task).
+            if still_pending:
+                await self._ledger.release_lease(lease)
+
+    async def _holding(self, task: Task, lease: Lease, leased_at: float) -> Task | None:
+        """`task` if this replica's submit lease (taken at `leased_at`, monotonic) has at least half its time
+        left; else the lease renewed and the task read again (it may have moved on while the lease was short
+        or had lapsed, in a long quota wait); None if another replica holds the lease."""
+        if time.monotonic() + lease.ttl_seconds / 2 <= leased_at + lease.ttl_seconds:
+            return task
+        if not await self._ledger.acquire_lease(lease):
+            return None
+        return await self._ledger.get(task.id)
+
+    @asynccontextmanager
+    async def _renewing(self, lease: Lease) -> AsyncIterator[None]:
+        """Keep `lease` while the block runs, renewing it every third of its time: an upstream call may take
+        longer than the lease, and another replica must not submit the task meanwhile (a paid duplicate);
+        a replica that dies still loses it within one lease. Most calls end before the first renewal."""
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(lease.ttl_seconds / 3)
+                try:
+                    if not await self._ledger.acquire_lease(lease):
+                        log.warning(
+                            "image task submit lease lost during the upstream call", extra={"lease": lease.name}
+                        )
+                        return
+                except TaskStoreError as exc:
+                    log.warning("image task submit lease not renewed: %s", exc.message, extra={"lease": lease.name})
+
+        renewal = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            renewal.cancel()
+            with suppress(asyncio.CancelledError):
+                await renewal
+
+    async def _submit_pending(self, task: Task, lease: Lease, leased_at: float) -> Task:
+        """Submit `task` upstream under `lease` and record the outcome; the stored task afterwards."""
+        callback = self._webhook_urls.url(task.id)
+        try:
+            async with self._quota.slot():  # its wait may outlast a lease: checked once a slot is free
+                current = await self._holding(task, lease, leased_at)
+                if current is None or current.state != TaskState.PENDING or _not_due(current, self._ledger.clock()):
+                    return current or task
+                task = current
+                self._at_upstream.add(asyncio.current_task())  # type: ignore[arg-type]  # always in a task
+                async with self._renewing(lease):
+                    submission = await self._upstream.submit(task.arguments, callback)
+        except (InvalidRequestError, NotFoundError) as exc:
+            metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="rejected").inc()
+            reason = exc.message
+            stored, _ = await self._ledger.change(
+                task.id, lambda t: self._ledger.failed(t, "upstream_rejected", reason), known=task
+            )
+            return stored
+        except GatewayError as exc:  # unavailable, timeout, quota, 5xx: try again later, until the deadline
+            metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="retry").inc()
+            log.warning("image task submit failed, will retry: %s", exc.message, extra={"task_id": task.id})
+            stored, _ = await self._ledger.change(task.id, self._retry_later, known=task)
+            return stored
+        metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="accepted").inc()
+        now = self._ledger.clock()
+        wait = self._callback_grace if callback else self._poll_initial
+        try:
+            stored, _ = await self._ledger.change(
+                task.id, lambda t: self._accepted(t, submission, now, wait), known=task
+            )
+        except BaseException:
+            self._reaper.stop_if_untracked(task.id, submission)
+            raise
+        if stored.upstream_request_id != submission.request_id:
+            # The task ended while this job was being submitted (cancel, timeout, or the webhook of an
+            # earlier submission): nobody tracks this job, so stop it.
+            self._reaper.cancel_job(task.id, submission.cancel_url)
+        return stored
+
+    def _accepted(self, task: Task, submission: FalSubmission, now: float, wait: float) -> Task | None:
+        if task.state != TaskState.PENDING:
+            return None  # cancelled, timed out, or already ended by an early webhook
+        return task.moved(
+            TaskState.PROCESSING,
+            now,
+            upstream_request_id=submission.request_id,
+            status_url=submission.status_url,
+            response_url=submission.response_url,
+            cancel_url=submission.cancel_url,
+            submitted_at=now,
+            submit_attempts=task.submit_attempts + 1,
+            next_attempt_at=None,
+            poll_after=now + wait,
+        )
+
+    def _retry_later(self, task: Task) -> Task | None:
+        if task.state != TaskState.PENDING:
+            return None
+        now = self._ledger.clock()
+        delay = backoff(self._retry_initial, self._retry_max, task.submit_attempts)
+        return task.moved(TaskState.PENDING, now, submit_attempts=task.submit_attempts + 1, next_attempt_at=now + delay)
