@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway import metrics
+from gateway.quota.base import QuotaLimiter
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_poller import StatusQueue, VideoPoller
 from gateway.services.video_reaper import CancelQueue, VideoReaper
 from gateway.services.video_steps import TaskSteps
-from gateway.services.video_submitter import SUBMIT_DRAIN_SECONDS, SubmitQueue, SubmitQuota, VideoSubmitter
+from gateway.services.video_submitter import SUBMIT_DRAIN_SECONDS, SubmitQueue, VideoSubmitter
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import TaskState
 from gateway.upstreams.webhooks import WebhookUrls
@@ -55,7 +56,7 @@ class VideoTaskRunner:
         self,
         ledger: TaskLedger,
         upstream: VideoQueue,
-        quota: SubmitQuota,
+        quota: QuotaLimiter,
         webhook_urls: WebhookUrls,
         config: RunnerConfig,
         *,

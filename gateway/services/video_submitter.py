@@ -13,11 +13,12 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import asynccontextmanager, suppress
 from typing import Any, Protocol
 
 from gateway import metrics
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
+from gateway.quota.base import QuotaLimiter
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_reaper import VideoReaper
 from gateway.services.video_steps import TaskSteps, backoff
@@ -35,10 +36,6 @@ class SubmitQueue(Protocol):
     async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission: ...
 
 
-class SubmitQuota(Protocol):
-    def slot(self, estimated_tokens: int = 0) -> AbstractAsyncContextManager[object]: ...
-
-
 def _not_due(task: Task, now: float) -> bool:
     return (task.next_attempt_at or 0.0) > now
 
@@ -48,7 +45,7 @@ class VideoSubmitter:
         self,
         ledger: TaskLedger,
         upstream: SubmitQueue,
-        quota: SubmitQuota,
+        quota: QuotaLimiter,
         webhook_urls: WebhookUrls,
         steps: TaskSteps,
         reaper: VideoReaper,
