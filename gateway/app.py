@@ -22,6 +22,7 @@ from gateway.cache.semantic import (
     SemanticIndex,
     SemanticStore,
     SimHashMatcher,
+    TextEmbedder,
 )
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
@@ -148,11 +149,13 @@ def replica_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def semantic_index(settings: Settings, embeddings: EmbeddingService, redis_url: str | None) -> SemanticIndex | None:
+def semantic_index(settings: Settings, embedder: TextEmbedder, redis_url: str | None) -> SemanticIndex | None:
+    """The semantic index `settings.semantic` asks for, or None; an embedding matcher gets its vectors from
+    `embedder` (the embedding service), so the cache never reaches into the services."""
     config = settings.semantic
     if config.matcher == "off":
         return None
-    matcher: Matcher = SimHashMatcher() if config.matcher == "simhash" else EmbeddingMatcher(embeddings)
+    matcher: Matcher = SimHashMatcher() if config.matcher == "simhash" else EmbeddingMatcher(embedder)
     store: SemanticStore = (
         RedisSemanticStore(redis_url, settings.redis.timeout_seconds) if redis_url else MemorySemanticStore()
     )

@@ -1,0 +1,200 @@
+"""The semantic index on the in-memory store: threshold, best match, bounds, reuse of fingerprints, failures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from gateway import metrics
+from gateway.cache.base import CacheStoreError
+from gateway.cache.chat import exact_key
+from gateway.cache.semantic.index import SemanticHit, SemanticIndex
+from gateway.cache.semantic.stores import MemorySemanticStore, SemanticEntry
+
+T = TypeVar("T")
+
+
+def chat(text: str, **fields: Any) -> dict[str, Any]:
+    earlier = fields.pop("earlier", [])
+    body = {"model": "hunyuan-lite", "temperature": 0.2, "messages": [*earlier, {"role": "user", "content": text}]}
+    return body | fields
+
+
+def q(topic: str, score: float) -> str:
+    """A `ScoreMatcher` text: the score as a count of marks, since numbers in a query split its context."""
+    return f"{topic}:" + "#" * round(score * 100)
+
+
+class ScoreMatcher:
+    """Deterministic: a text is `q(topic, score)`; texts of one topic score 1 - |difference|, other topics 0."""
+
+    name = "score"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def fingerprints(self, texts: list[str]) -> list[bytes]:
+        self.calls += 1
+        return [text.encode() for text in texts]
+
+    def similarity(self, a: bytes, b: bytes) -> float:
+        (topic_a, marks_a), (topic_b, marks_b) = (x.decode().split(":") for x in (a, b))
+        return 1 - abs(len(marks_a) - len(marks_b)) / 100 if topic_a == topic_b else 0.0
+
+    def comparable(self, text: str) -> bool:
+        return True
+
+
+def with_index(scenario: Callable[[SemanticIndex], Awaitable[T]], threshold: float = 0.9, **options: Any) -> T:
+    async def main() -> T:
+        index = SemanticIndex(MemorySemanticStore(), ScoreMatcher(), threshold, **options)
+        try:
+            return await scenario(index)
+        finally:
+            await index.aclose()
+
+    return asyncio.run(main())
+
+
+async def remember(index: SemanticIndex, *texts: str, **fields: Any) -> None:
+    for text in texts:
+        await index.add(chat(text, **fields), exact_key(chat(text, **fields)))
+
+
+def errors(operation: str) -> float:
+    return float(metrics.CACHE_ERRORS.labels(cache="chat_semantic", operation=operation)._value.get())
+
+
+def test_hit_at_or_above_threshold_returns_the_earlier_exact_key() -> None:
+    async def scenario(index: SemanticIndex) -> list[SemanticHit | None]:
+        await remember(index, q("pw", 0.50))
+        return [await index.lookup(chat(q("pw", 0.55))), await index.lookup(chat(q("pw", 0.60)))]
+
+    near, edge = with_index(scenario)
+    assert near is not None and near.answer_key == exact_key(chat(q("pw", 0.50)))
+    assert near.similarity == pytest.approx(0.95)
+    assert edge is not None and edge.answer_key == exact_key(chat(q("pw", 0.50)))
+
+
+def test_miss_below_threshold_other_topic_or_other_context() -> None:
+    async def scenario(index: SemanticIndex) -> list[SemanticHit | None]:
+        await remember(index, q("pw", 0.50))
+        return [
+            await index.lookup(chat(q("pw", 0.65))),
+            await index.lookup(chat(q("weather", 0.50))),
+            await index.lookup(chat(q("pw", 0.50), model="hunyuan-pro")),
+            await index.lookup(chat(q("pw", 0.50), temperature=1.0)),
+            await index.lookup(chat(q("pw", 0.50), earlier=[{"role": "system", "content": "s"}])),
+            await index.lookup(
+                {"model": "hunyuan-lite", "messages": [{"role": "assistant", "content": q("pw", 0.50)}]}
+            ),
+        ]
+
+    assert with_index(scenario) == [None] * 6
+
+
+def test_best_match_is_chosen() -> None:
+    async def scenario(index: SemanticIndex) -> SemanticHit | None:
+        await remember(index, q("pw", 0.40), q("pw", 0.52), q("pw", 0.45), q("pw", 0.60))
+        return await index.lookup(chat(q("pw", 0.53)))
+
+    hit = with_index(scenario, threshold=0.8)
+    assert hit is not None and hit.answer_key == exact_key(chat(q("pw", 0.52)))
+    assert hit.similarity == pytest.approx(0.99)
+
+
+def test_entries_per_context_are_bounded_newest_kept() -> None:
+    async def scenario(index: SemanticIndex) -> tuple[list[SemanticEntry], SemanticHit | None]:
+        await remember(index, q("pw", 0.10), q("pw", 0.20), q("pw", 0.30), q("pw", 0.40))
+        entries = await index.store.entries(index.context(chat(q("pw", 0))))
+        return entries, await index.lookup(chat(q("pw", 0.10)))
+
+    entries, oldest = with_index(scenario, threshold=0.95, max_entries_per_context=3)
+    assert [e.answer_key for e in entries] == [exact_key(chat(q("pw", i / 10))) for i in (4, 3, 2)]
+    assert oldest is None
+
+
+def test_identical_query_is_added_once_per_context() -> None:
+    async def scenario(index: SemanticIndex) -> tuple[int, int]:
+        await remember(index, q("pw", 0.50), q("pw", 0.50), q("pw", 0.50))
+        await remember(index, q("pw", 0.50), model="hunyuan-pro")
+        one = len(await index.store.entries(index.context(chat(q("pw", 0.50)))))
+        other = len(await index.store.entries(index.context(chat(q("pw", 0.50), model="hunyuan-pro"))))
+        return one, other
+
+    assert with_index(scenario) == (1, 1)
+
+
+def test_lookup_fingerprint_is_reused_by_the_add_after_a_miss() -> None:
+    matcher = ScoreMatcher()
+
+    async def main() -> None:
+        index = SemanticIndex(MemorySemanticStore(), matcher, 0.9)
+        assert await index.lookup(chat(q("pw", 0.50))) is None  # an empty context: nothing to compare, no embedding
+        assert matcher.calls == 0
+        await remember(index, q("pw", 0.10))
+        assert await index.lookup(chat(q("pw", 0.50))) is None
+        await index.add(chat(q("pw", 0.50)), exact_key(chat(q("pw", 0.50))))
+        await index.aclose()
+
+    asyncio.run(main())
+    assert matcher.calls == 2
+
+
+def test_uncacheable_bodies_are_neither_added_nor_looked_up() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": q("pw", 0.5)}]}]}
+
+    async def scenario(index: SemanticIndex) -> SemanticHit | None:
+        await index.add(body, "chat:v1:x")
+        return await index.lookup(body)
+
+    assert with_index(scenario) is None
+
+
+class FailingStore(MemorySemanticStore):
+    async def entries(self, context: str) -> list[SemanticEntry]:
+        raise CacheStoreError("redis lrange failed: ConnectionError")
+
+
+class FailingMatcher(ScoreMatcher):
+    async def fingerprints(self, texts: list[str]) -> list[bytes]:
+        raise RuntimeError("triton unavailable")
+
+
+def test_store_failure_is_counted_and_served_as_a_miss() -> None:
+    before = errors("get"), errors("set")
+
+    async def main() -> SemanticHit | None:
+        index = SemanticIndex(FailingStore(), ScoreMatcher(), 0.9)
+        await index.add(chat(q("pw", 0.5)), "chat:v1:x")
+        return await index.lookup(chat(q("pw", 0.5)))
+
+    assert asyncio.run(main()) is None
+    assert (errors("get"), errors("set")) == (before[0] + 1, before[1] + 1)
+
+
+def test_matcher_failure_is_counted_and_served_as_a_miss() -> None:
+    before = errors("fingerprint")
+
+    async def main() -> SemanticHit | None:
+        index = SemanticIndex(MemorySemanticStore(), FailingMatcher(), 0.9)
+        await index.store.add(
+            index.context(chat("x")), SemanticEntry(q("pw", 0.5).encode(), "k"), max_entries=5, ttl_seconds=60
+        )
+        await index.add(chat(q("pw", 0.6)), "chat:v1:x")
+        return await index.lookup(chat(q("pw", 0.5)))
+
+    assert asyncio.run(main()) is None
+    assert errors("fingerprint") == before + 2
+
+
+@pytest.mark.parametrize(
+    ("threshold", "options"),
+    [(1.5, {}), (0.9, {"max_entries_per_context": 0}), (0.9, {"ttl_seconds": 0})],
+)
+def test_index_rejects_bad_options(threshold: float, options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        SemanticIndex(MemorySemanticStore(), ScoreMatcher(), threshold, **options)
