@@ -31,7 +31,7 @@ from gateway.tasks.redis_store import RedisTaskStore
 from gateway.tasks.sqlite_store import _DUE, SqliteTaskStore
 from gateway.tasks.stores import build_task_store
 from localtriton.ports import free_port
-from tests.redis_fixtures import RedisServer
+from tests.helpers.redis_fixtures import RedisServer
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[3]
