@@ -144,7 +144,7 @@ helm-template: $(HELM) $(STAMP) ## render the chart (defaults + each ci/ scenari
 test: system-deps $(STAMP) $(PROTO_OUT) $(HELM) ## the whole suite: real export, real Triton
 	$(PY) -m pytest
 
-test-fast: $(STAMP) $(PROTO_OUT) ## unit tests only
+test-fast: $(STAMP) $(PROTO_OUT) ## the quick loop: tests not marked slow (no servers, exports or waits)
 	$(PY) -m pytest -m "not slow"
 
 lint: $(STAMP) $(PROTO_OUT) ## ruff
