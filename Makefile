@@ -108,11 +108,11 @@ PIKA_SIMULATOR_PORT ?= 9200
 demo: $(EXPORTED) $(PROTO_OUT) ## start the stack with the Hunyuan and Pika simulators as upstreams and walk through it
 	@mkdir -p .run
 	@if ! { [ -f .run/simulator.pid ] && kill -0 "$$(cat .run/simulator.pid)" 2>/dev/null; }; then \
-		setsid $(PY) -m gateway.sim.hunyuan --port $(SIMULATOR_PORT) --api-key demo-upstream-key >> .run/simulator.log 2>&1 & \
+		setsid $(PY) -m simulators.hunyuan --port $(SIMULATOR_PORT) --api-key demo-upstream-key >> .run/simulator.log 2>&1 & \
 		echo $$! > .run/simulator.pid; \
 	fi
 	@if ! { [ -f .run/pika-simulator.pid ] && kill -0 "$$(cat .run/pika-simulator.pid)" 2>/dev/null; }; then \
-		setsid $(PY) -m gateway.sim.pika --port $(PIKA_SIMULATOR_PORT) --api-key demo-pika-key --job-seconds 3 \
+		setsid $(PY) -m simulators.pika --port $(PIKA_SIMULATOR_PORT) --api-key demo-pika-key --job-seconds 3 \
 			>> .run/pika-simulator.log 2>&1 & \
 		echo $$! > .run/pika-simulator.pid; \
 	fi
@@ -147,7 +147,7 @@ helm-template: $(HELM) $(STAMP) ## render the chart (defaults + each ci/ scenari
 test: system-deps $(STAMP) $(PROTO_OUT) $(HELM) ## the whole suite: real export, real Triton
 	$(PY) -m pytest
 
-test-fast: $(STAMP) $(PROTO_OUT) ## unit tests only
+test-fast: $(STAMP) $(PROTO_OUT) ## the quick loop: tests not marked slow (no servers, exports or waits)
 	$(PY) -m pytest -m "not slow"
 
 lint: $(STAMP) $(PROTO_OUT) ## ruff

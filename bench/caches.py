@@ -33,7 +33,7 @@ from bench.images import load_note, metric
 from bench.stack import gateway, hunyuan_simulator
 from gateway.cache.semantic import simhash64, simhash_similarity
 from gateway.settings import SemanticCacheSettings
-from gateway.sim.hunyuan import DEFAULT_MODELS, echo_reply
+from simulators.hunyuan import DEFAULT_MODELS, echo_reply
 
 log = logging.getLogger("bench.caches")
 

@@ -52,8 +52,8 @@ from bench.common import (
     venv_python,
 )
 from bench.stack import Endpoint, gateway, hunyuan_simulator
-from gateway.sim.hunyuan import echo_reply, split_pieces
 from localtriton.ports import free_port
+from simulators.hunyuan import echo_reply, split_pieces
 
 log = logging.getLogger("bench.chat")
 

@@ -56,18 +56,18 @@ def gateway(log_dir: Path, env: dict[str, str], name: str = "gateway") -> Endpoi
 
 
 def hunyuan_simulator(log_dir: Path, *args: str) -> Endpoint:
-    """The Hunyuan simulator (`python -m gateway.sim.hunyuan`); base URL ends in /v1 like Tencent's."""
+    """The Hunyuan simulator (`python -m simulators.hunyuan`); base URL ends in /v1 like Tencent's."""
     port = free_port()
-    command = [sys.executable, "-m", "gateway.sim.hunyuan", "--port", str(port), *args]
+    command = [sys.executable, "-m", "simulators.hunyuan", "--port", str(port), *args]
     server = ServerProcess("hunyuan-simulator", command, log_dir=log_dir)
     base = f"http://127.0.0.1:{port}"
     return Endpoint(server, f"{base}/v1/models", f"{base}/v1")
 
 
 def pika_simulator(log_dir: Path, *args: str) -> Endpoint:
-    """The Pika (fal queue) simulator (`python -m gateway.sim.pika`)."""
+    """The Pika (fal queue) simulator (`python -m simulators.pika`)."""
     port = free_port()
-    command = [sys.executable, "-m", "gateway.sim.pika", "--port", str(port), *args]
+    command = [sys.executable, "-m", "simulators.pika", "--port", str(port), *args]
     server = ServerProcess("pika-simulator", command, log_dir=log_dir)
     base = f"http://127.0.0.1:{port}"
     return Endpoint(server, f"{base}/.well-known/jwks.json", base)

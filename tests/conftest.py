@@ -14,11 +14,10 @@ from export.pipeline import main_export
 from gateway.settings import all_environment_variables
 from localtriton.ports import free_port
 from localtriton.server import TritonProcess
+from tests.helpers.checkout import ROOT, copy_tracked_repository
 
-pytest_plugins = ["tests.redis_fixtures", "tests.hunyuan_fixtures", "tests.pika_fixtures"]
+pytest_plugins = ["tests.helpers.redis_fixtures", "tests.helpers.hunyuan_fixtures", "tests.helpers.pika_fixtures"]
 
-ROOT = Path(__file__).resolve().parent.parent
-TRACKED_REPOSITORY = ROOT / "model_repository"
 # What `make export` and localtriton read, besides every variable of the gateway's settings.
 TOOL_VARIABLES = ("MODEL", "TRITON_HTTP_PORT", "TRITON_GRPC_PORT", "TRITON_METRICS_PORT")
 
@@ -29,16 +28,6 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (*all_environment_variables(), *TOOL_VARIABLES):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-
-def copy_tracked_repository(dest: Path) -> Path:
-    """The tracked configs and model.py files, without generated model files."""
-    shutil.copytree(
-        TRACKED_REPOSITORY,
-        dest,
-        ignore=shutil.ignore_patterns("*.onnx", "parity.json", "tokenizer.json", "__pycache__"),
-    )
-    return dest
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""The two container recipes: pins agree with pyproject.toml, the gateway image installs what the gateway imports,
-and hadolint finds nothing (where hadolint is installed; no Docker engine is needed)."""
+"""The two container recipes and the extras they install: pins agree with pyproject.toml, the gateway image
+installs the `gateway` extra and that extra provides what the gateway imports (and nothing heavy), and hadolint
+finds nothing (where hadolint is installed; no Docker engine is needed)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -21,16 +23,37 @@ GATEWAY_DOCKERFILE = ROOT / "gateway" / "Dockerfile"
 TRITON_DOCKERFILE = ROOT / "model_repository" / "Dockerfile"
 # Build-time only (code generation), not in the runtime image.
 BUILD_ONLY_MODULES = {"grpc_tools"}
+# What the gateway never needs: the export, the Triton server, the code generator.
+NOT_IN_GATEWAY = {"torch", "transformers", "sentence-transformers", "onnx", "nvidia-pytriton", "grpcio-tools"}
 
 
 def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def extras() -> dict[str, list[str]]:
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        return dict(tomllib.load(file)["project"]["optional-dependencies"])
+
+
+def requirement_name(requirement: str) -> str:
+    return canonical(re.split(r"[\s\[;=<>~!(]", requirement, maxsplit=1)[0])
+
+
+def pinned_versions() -> dict[str, set[str]]:
+    """Every `name==version` in the extras, by package (a package pinned in several extras has several entries)."""
+    versions: dict[str, set[str]] = {}
+    for requirements in extras().values():
+        for requirement in requirements:
+            name, _, version = requirement.partition("==")
+            if version:
+                versions.setdefault(requirement_name(name), set()).add(version)
+    return versions
+
+
 def pyproject_pins() -> dict[str, str]:
-    """Every `"name==version"` requirement in pyproject.toml (dependencies and extras; no tomllib on 3.10)."""
-    found = re.findall(r'"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==([^"]+)"', (ROOT / "pyproject.toml").read_text())
-    return {canonical(name): version for name, version in found}
+    """One version per package (the test below keeps a package pinned in several extras at one version)."""
+    return {name: min(versions) for name, versions in pinned_versions().items()}
 
 
 def dockerfile_arg(path: Path, name: str) -> str:
@@ -40,7 +63,7 @@ def dockerfile_arg(path: Path, name: str) -> str:
 
 
 def gateway_runtime_packages() -> set[str]:
-    return {canonical(n) for n in dockerfile_arg(GATEWAY_DOCKERFILE, "RUNTIME_PACKAGES").split()}
+    return {requirement_name(requirement) for requirement in extras()["gateway"]}
 
 
 @cache
@@ -59,7 +82,7 @@ def requirement_closure(roots: frozenset[str]) -> set[str]:
         for requirement in requires:
             if "extra ==" in requirement and not any(f'extra == "{x}"' in requirement for x in ("grpc", "http")):
                 continue
-            todo.append(canonical(re.split(r"[\s\[;=<>~!(]", requirement, maxsplit=1)[0]))
+            todo.append(requirement_name(requirement))
     return seen
 
 
@@ -96,10 +119,23 @@ def test_triton_image_installs_what_the_python_backends_import() -> None:
     assert third_party <= {"numpy", "tokenizers", "onnxruntime"}, f"add to model_repository/Dockerfile: {third_party}"
 
 
-def test_gateway_image_packages_are_pinned_in_pyproject() -> None:
-    missing = gateway_runtime_packages() - set(pyproject_pins())
-    assert missing == set(), f"RUNTIME_PACKAGES not pinned in pyproject.toml: {missing}"
-    assert "torch" not in gateway_runtime_packages()
+def test_a_package_pinned_in_several_extras_has_one_version() -> None:
+    disagreeing = {name: versions for name, versions in pinned_versions().items() if len(versions) > 1}
+    assert disagreeing == {}, f"pin these to one version in pyproject.toml: {disagreeing}"
+
+
+def test_the_gateway_extra_is_pinned_and_light() -> None:
+    unpinned = [requirement for requirement in extras()["gateway"] if "==" not in requirement]
+    assert unpinned == [], f"pin these in the gateway extra: {unpinned}"
+    heavy = requirement_closure(frozenset(gateway_runtime_packages())) & NOT_IN_GATEWAY
+    assert heavy == set(), f"the gateway extra pulls in {heavy}"
+
+
+def test_gateway_image_installs_the_gateway_extra_and_only_the_gateway_package() -> None:
+    recipe = GATEWAY_DOCKERFILE.read_text()
+    assert '/opt/venv/bin/python -m pip install ".[gateway]"' in recipe
+    copied = re.findall(r"^COPY (?!--from)(.+) \S+$", recipe, re.MULTILINE)
+    assert copied == ["pyproject.toml README.md", "gateway/"], copied
 
 
 def test_gateway_image_installs_what_the_gateway_imports() -> None:
@@ -110,7 +146,7 @@ def test_gateway_image_installs_what_the_gateway_imports() -> None:
         for module in gateway_imports()
         if not {canonical(d) for d in distributions.get(module, [module])} & provided
     }
-    assert unprovided == set(), f"the gateway imports {unprovided}: add their packages to RUNTIME_PACKAGES"
+    assert unprovided == set(), f"the gateway imports {unprovided}: add their packages to the gateway extra"
 
 
 @pytest.mark.parametrize("dockerfile", [GATEWAY_DOCKERFILE, TRITON_DOCKERFILE], ids=["gateway", "triton"])

@@ -17,7 +17,7 @@ from export.config import Precision, Tolerance
 from export.errors import CheckpointError, ToleranceError
 from export.pipeline import main_export
 from export.repository import parse
-from tests.conftest import ROOT, copy_tracked_repository
+from tests.helpers.checkout import ROOT, copy_tracked_repository
 
 pytestmark = pytest.mark.slow
 

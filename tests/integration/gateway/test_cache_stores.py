@@ -25,7 +25,7 @@ from gateway.cache.redis_store import RedisStore
 from gateway.cache.stores import build_store
 from gateway.settings import CacheSettings, RedisSettings
 from localtriton.ports import free_port
-from tests.redis_fixtures import RedisServer
+from tests.helpers.redis_fixtures import RedisServer
 
 pytestmark = pytest.mark.slow
 

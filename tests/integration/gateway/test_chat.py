@@ -14,8 +14,8 @@ from pydantic import SecretStr
 
 from gateway.settings import CacheSettings, HunyuanSettings, RedisSettings
 from localtriton.server import TritonProcess
-from tests.hunyuan_fixtures import RunningHunyuanSimulator
-from tests.integration.gateway.conftest import RunningGateway
+from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
+from tests.helpers.running_gateway import RunningGateway
 
 pytestmark = pytest.mark.slow
 

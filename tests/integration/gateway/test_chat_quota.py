@@ -13,8 +13,8 @@ import pytest
 
 from localtriton.ports import free_port
 from localtriton.server import TritonProcess, wait_for_http_ok
-from tests.conftest import ROOT
-from tests.hunyuan_fixtures import RunningHunyuanSimulator
+from tests.helpers.checkout import ROOT
+from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from export.repository import copy_with_config
 from gateway.settings import CacheSettings, RedisSettings
 from localtriton.server import TritonProcess
-from tests.integration.gateway.conftest import RunningGateway, triton_requests
-from tests.integration.gateway.test_embeddings_rest import mixed_texts
-from tests.redis_fixtures import RedisServer
+from tests.helpers.redis_fixtures import RedisServer
+from tests.helpers.running_gateway import RunningGateway
+from tests.helpers.sentences import mixed_texts
+from tests.helpers.triton_embeddings import triton_requests
 
 pytestmark = pytest.mark.slow
 

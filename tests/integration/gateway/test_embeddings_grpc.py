@@ -13,8 +13,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from localtriton.server import TritonProcess
-from tests.integration.gateway.conftest import RunningGateway, triton_requests
-from tests.integration.gateway.test_embeddings_rest import mixed_texts, triton_direct
+from tests.helpers.running_gateway import RunningGateway
+from tests.helpers.sentences import mixed_texts
+from tests.helpers.triton_embeddings import triton_direct, triton_requests
 
 pytestmark = pytest.mark.slow
 

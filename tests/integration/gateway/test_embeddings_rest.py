@@ -8,34 +8,13 @@ from collections.abc import Callable
 import httpx
 import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 
 from localtriton.server import TritonProcess
-from tests.integration.gateway.conftest import RunningGateway
+from tests.helpers.running_gateway import RunningGateway
+from tests.helpers.sentences import mixed_texts
+from tests.helpers.triton_embeddings import triton_direct
 
 pytestmark = pytest.mark.slow
-
-ENGLISH = ["How do I reset my password?", "The weather is lovely today.", "Triton batches requests together."]
-CHINESE = ["如何重置我的密码？", "今天天气很好。", "深度学习模型取得了显著的进步。"]
-
-
-def mixed_texts(count: int, tag: str = "") -> list[str]:
-    """Distinct English and Chinese texts, deterministic."""
-    return [f"{ENGLISH[i % 3]} {tag}#{i}" if i % 2 == 0 else f"{CHINESE[i % 3]} {tag}第{i}条" for i in range(count)]
-
-
-def triton_direct(triton: TritonProcess, texts: list[str]) -> tuple[np.ndarray, int]:
-    """Triton's own vectors and token total for `texts` (chunks of 64)."""
-    vectors, tokens = [], 0
-    with grpcclient.InferenceServerClient(triton.grpc_url) as client:
-        for start in range(0, len(texts), 64):
-            raw = np.array([[t.encode()] for t in texts[start : start + 64]], dtype=object)
-            tensor = grpcclient.InferInput("TEXT", list(raw.shape), "BYTES")
-            tensor.set_data_from_numpy(raw)
-            result = client.infer("bge", [tensor])
-            vectors.append(result.as_numpy("EMBEDDING"))
-            tokens += int(result.as_numpy("TOKEN_COUNT").sum())
-    return np.concatenate(vectors), tokens
 
 
 def vectors_of(body: dict[str, object]) -> np.ndarray:

@@ -13,12 +13,10 @@ from pydantic import SecretStr
 
 from gateway.settings import AuthSettings, CacheSettings, LimitSettings
 from localtriton.server import TritonProcess
-from tests.integration.gateway.conftest import RunningGateway
-from tests.integration.gateway.test_embeddings_rest import mixed_texts
+from tests.helpers.running_gateway import RunningGateway
+from tests.helpers.sentences import SLOW_BATCH, mixed_texts
 
 pytestmark = pytest.mark.slow
-
-SLOW_BATCH = ["a long sentence about many things " * 60 + str(i) for i in range(256)]
 
 
 def assert_error(response: httpx.Response, status: int, message: str) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.sim.hunyuan import echo_reply, split_pieces
 from localtriton.ports import free_port
-from tests.hunyuan_fixtures import RunningHunyuanSimulator
+from simulators.hunyuan import echo_reply, split_pieces
+from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 
 pytestmark = pytest.mark.slow
 
@@ -312,7 +312,7 @@ def test_command_line_serves_the_simulator(http: httpx.Client) -> None:
     command = [
         sys.executable,
         "-m",
-        "gateway.sim.hunyuan",
+        "simulators.hunyuan",
         "--port",
         str(port),
         "--ttft",

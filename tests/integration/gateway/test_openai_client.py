@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from gateway.settings import AuthSettings
 from localtriton.server import TritonProcess
-from tests.integration.gateway.conftest import RunningGateway
+from tests.helpers.running_gateway import RunningGateway
 
 pytestmark = pytest.mark.slow
 

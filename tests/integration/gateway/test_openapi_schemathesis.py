@@ -21,11 +21,11 @@ from schemathesis.specs.openapi.checks import response_schema_conformance, statu
 
 from gateway.app import create_app
 from gateway.settings import HunyuanSettings, VideoSettings, all_environment_variables
-from gateway.sim.hunyuan import SimulatorConfig
 from localtriton.server import TritonProcess
-from tests.hunyuan_fixtures import RunningHunyuanSimulator
-from tests.integration.gateway.conftest import RunningGateway, gateway_settings
-from tests.pika_fixtures import RunningPikaSimulator
+from simulators.hunyuan import SimulatorConfig
+from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
+from tests.helpers.pika_fixtures import RunningPikaSimulator
+from tests.helpers.running_gateway import RunningGateway, gateway_settings
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import pytest
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from gateway.sim.pika import DEFAULT_MODEL_PATH
-from tests.pika_fixtures import ReceivedWebhook, RunningPikaSimulator, RunningWebhookReceiver
+from simulators.pika import DEFAULT_MODEL_PATH
+from tests.helpers.pika_fixtures import ReceivedWebhook, RunningPikaSimulator, RunningWebhookReceiver
 
 pytestmark = pytest.mark.slow
 

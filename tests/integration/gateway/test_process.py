@@ -16,8 +16,8 @@ import pytest
 
 from localtriton.ports import free_port
 from localtriton.server import TritonProcess, wait_for_http_ok
-from tests.conftest import ROOT
-from tests.integration.gateway.test_gateway_guards import SLOW_BATCH
+from tests.helpers.checkout import ROOT
+from tests.helpers.sentences import SLOW_BATCH
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 of crashed holders, and a Redis outage falls back to limiting in process instead of failing requests.
 
 Scenarios run in their own event loop (`asyncio.run`) and close their limiters; replicas are separate
-processes running `tests/quota_worker.py`.
+processes running `tests/helpers/quota_worker.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from gateway.errors import OverloadedError
 from gateway.quota import QuotaConfig, RedisQuotaLimiter, build_limiter
 from localtriton.ports import free_port
-from tests.redis_fixtures import RedisServer
+from tests.helpers.redis_fixtures import RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +112,7 @@ async def hold(limiter: RedisQuotaLimiter, seconds: float) -> None:
 
 
 def worker(mode: str, url: str, *options: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "tests.quota_worker", mode, url, "--name", NAME, *options]
+    command = [sys.executable, "-m", "tests.helpers.quota_worker", mode, url, "--name", NAME, *options]
     return subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 

@@ -25,7 +25,7 @@ from gateway.cache.semantic import (
     SimHashMatcher,
     encode_entry,
 )
-from tests.redis_fixtures import RedisServer
+from tests.helpers.redis_fixtures import RedisServer
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind
 from gateway.settings import ObservabilitySettings
 from gateway.tracing import configure_tracing
 from localtriton.server import TritonProcess
-from tests.integration.gateway.conftest import RunningGateway
+from tests.helpers.running_gateway import RunningGateway
 
 pytestmark = pytest.mark.slow
 

@@ -29,12 +29,13 @@ from gateway.settings import (
     TaskStoreSettings,
     VideoSettings,
 )
-from gateway.sim.pika import webhook_message
 from gateway.upstreams.webhooks import WebhookUrls
 from localtriton.ports import free_port
-from tests.integration.gateway.conftest import RunningGateway
-from tests.pika_fixtures import RunningPikaSimulator
-from tests.redis_fixtures import RedisServer
+from simulators.pika import webhook_message
+from tests.helpers.metrics import metric
+from tests.helpers.pika_fixtures import RunningPikaSimulator
+from tests.helpers.redis_fixtures import RedisServer
+from tests.helpers.running_gateway import RunningGateway
 
 pytestmark = pytest.mark.slow
 
@@ -99,16 +100,6 @@ def wait_until_done(http: httpx.Client, gateway: RunningGateway, task_id: str, t
             return task
         assert time.monotonic() < deadline, f"task still {task['status']} after {timeout} s"
         time.sleep(0.05)
-
-
-def metric(http: httpx.Client, base_url: str, name: str, **labels: str) -> float:
-    """The value of one sample in a gateway's /metrics (0 when absent)."""
-    wanted = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}" if labels else "")
-    for line in http.get(f"{base_url}/metrics").text.splitlines():
-        sample, _, value = line.rpartition(" ")
-        if sample == wanted:
-            return float(value)
-    return 0.0
 
 
 def signed_webhook(

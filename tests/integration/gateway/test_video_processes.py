@@ -26,9 +26,9 @@ import httpx
 import pytest
 
 from localtriton.ports import free_port
-from tests.conftest import ROOT
-from tests.integration.gateway.test_video import metric
-from tests.pika_fixtures import RunningPikaSimulator
+from tests.helpers.checkout import ROOT
+from tests.helpers.metrics import metric
+from tests.helpers.pika_fixtures import RunningPikaSimulator
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,8 @@
 """One contract suite for both task stores (an SQLite file, a real redis-server), then what only one promises:
 Redis replicas see each other's changes and outlive a Redis restart; SQLite data outlives a killed process.
 
-Every scenario runs in its own event loop (`asyncio.run`) and closes its stores. Stores run on a manual clock,
+Every scenario runs in its own event loop (`asyncio.run`) and closes its stores. What needs redis-server or
+a second process is marked slow; the SQLite contract stays in the quick loop. Stores run on a manual clock,
 so expiry is tested without sleeping; Redis lease expiry is on Redis' clock, so those tests use short TTLs.
 """
 
@@ -31,7 +32,7 @@ from gateway.tasks.redis_store import RedisTaskStore
 from gateway.tasks.sqlite_store import _DUE, SqliteTaskStore
 from gateway.tasks.stores import build_task_store
 from localtriton.ports import free_port
-from tests.redis_fixtures import RedisServer
+from tests.helpers.redis_fixtures import RedisServer
 
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[3]
@@ -53,7 +54,7 @@ class Backend:
     make: Callable[[], TaskStore]  # a new store instance (a replica, or a restarted process) on the same data
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.slow)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     clock = ManualClock()
     if request.param == "sqlite":
@@ -322,6 +323,7 @@ def test_build_task_store_picks_redis_when_a_url_is_given(tmp_path: Path) -> Non
 # -- Redis only ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_redis_watcher_is_woken_by_a_save_through_another_replica(redis_url: str) -> None:
     task = new_task(ManualClock())
 
@@ -340,6 +342,7 @@ def test_redis_watcher_is_woken_by_a_save_through_another_replica(redis_url: str
     run(scenario())
 
 
+@pytest.mark.slow
 def test_redis_store_fails_while_redis_is_down_and_recovers_with_its_watchers(
     redis_url: str, redis_server: RedisServer
 ) -> None:
@@ -374,6 +377,7 @@ def test_redis_store_fails_while_redis_is_down_and_recovers_with_its_watchers(
     run(scenario())
 
 
+@pytest.mark.slow
 def test_redis_terminal_save_sets_the_retention_ttl_and_leaves_the_due_index(redis_url: str) -> None:
     clock = ManualClock()
     task = new_task(clock, "key-ttl")
@@ -394,6 +398,7 @@ def test_redis_terminal_save_sets_the_retention_ttl_and_leaves_the_due_index(red
     client.close()
 
 
+@pytest.mark.slow
 def test_redis_forgets_ids_whose_record_has_gone(redis_url: str) -> None:
     clock = ManualClock()
     kept, lost = new_task(clock), new_task(clock)
@@ -449,6 +454,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.slow
 def test_sqlite_writes_survive_a_killed_process(tmp_path: Path) -> None:
     path = tmp_path / "tasks.sqlite3"
     command = [sys.executable, "-c", WRITER, str(path)]
@@ -563,6 +569,7 @@ def test_sqlite_waits_for_another_process_lock_without_holding_the_loop(tmp_path
     run(scenario())
 
 
+@pytest.mark.slow
 def test_sqlite_checkpoints_keep_the_wal_from_growing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = ManualClock()
 

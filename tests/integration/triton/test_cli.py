@@ -10,7 +10,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from localtriton.ports import free_port
-from tests.conftest import ROOT
+from tests.helpers.checkout import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,9 @@ import tritonclient.grpc as grpcclient
 
 from export.repository import copy_with_config
 from localtriton.server import TritonProcess
+from tests.helpers.sentences import CHINESE, ENGLISH
+from tests.helpers.triton_embeddings import cosines, grpc_embed, text_batch
 from tests.integration.conftest import run_on_gpu
-from tests.integration.triton.test_serving import CHINESE, ENGLISH, cosines, grpc_embed, text_batch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

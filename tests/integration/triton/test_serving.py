@@ -14,35 +14,16 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from localtriton.server import TritonProcess
+from tests.helpers.sentences import CHINESE, ENGLISH
+from tests.helpers.triton_embeddings import cosines, grpc_embed, text_batch
 
 pytestmark = pytest.mark.slow
-
-ENGLISH = [
-    "How do I reset my password?",
-    "The cat sat on the mat while the rain kept falling outside.",
-    "Dynamic batching groups requests from many clients.",
-]
-CHINESE = ["如何重置我的密码？", "今天天气很好，我们去公园散步吧。", "深度学习模型在图像识别任务中取得了显著的进步。"]
-
-
-def text_batch(texts: list[str]) -> np.ndarray:
-    return np.array([[t.encode("utf-8")] for t in texts], dtype=object)
-
-
-def grpc_embed(client: grpcclient.InferenceServerClient, raw: np.ndarray) -> grpcclient.InferResult:
-    text = grpcclient.InferInput("TEXT", list(raw.shape), "BYTES")
-    text.set_data_from_numpy(raw)
-    return client.infer("bge", [text])
 
 
 def http_embed(client: httpclient.InferenceServerClient, raw: np.ndarray) -> httpclient.InferResult:
     text = httpclient.InferInput("TEXT", list(raw.shape), "BYTES")
     text.set_data_from_numpy(raw)
     return client.infer("bge", [text])
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def test_bge_answers_the_same_over_grpc_and_http(

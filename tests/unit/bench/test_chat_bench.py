@@ -37,7 +37,7 @@ from bench.chat import (
     ttft_targets,
 )
 from bench.common import RunStats
-from gateway.sim.hunyuan import echo_reply, split_pieces
+from simulators.hunyuan import echo_reply, split_pieces
 
 
 def stats(*latencies_ms: float, elapsed: float = 1.0) -> RunStats:

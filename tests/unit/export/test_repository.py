@@ -9,7 +9,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from export.checkpoint import Checkpoint
 from export.pipeline import DEFAULT_MAX_LENGTH
 from export.repository import ServedModel, parse, rendered_configs
-from tests.conftest import TRACKED_REPOSITORY
+from tests.helpers.checkout import TRACKED_REPOSITORY
 
 CONFIG_FILES = sorted(TRACKED_REPOSITORY.rglob("*.pbtxt"))
 

@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from types import ModuleType
 
-from tests.conftest import TRACKED_REPOSITORY
+from tests.helpers.checkout import TRACKED_REPOSITORY
 
 
 def load_model_module(model: str, module: str) -> ModuleType:

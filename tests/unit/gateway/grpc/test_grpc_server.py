@@ -262,6 +262,7 @@ def test_a_call_the_client_gave_up_on_is_counted_as_cancelled(harness: Harness) 
     assert wait_for_count(EMBED, "CANCELLED", before + 1)
 
 
+@pytest.mark.slow  # waits for the slow call to reach its client deadline
 def test_calls_share_the_process_in_flight_limit_and_the_autoscaling_gauge(harness_factory: HarnessFactory) -> None:
     limit = InFlightLimit(1)
     harness = harness_factory(in_flight=limit)

@@ -1,8 +1,8 @@
 """One replica of the gateway's quota limiter in its own OS process, for tests/integration/gateway/test_quota_redis.py.
 
-    python -m tests.quota_worker burst URL [options]   # prints "ready", waits for a line on stdin, fires
+    python -m tests.helpers.quota_worker burst URL [options]   # prints "ready", waits for a line on stdin, fires
                                                        # --count calls at once, prints one JSON object
-    python -m tests.quota_worker hold URL [options]    # takes one slot, prints "held", sleeps until killed
+    python -m tests.helpers.quota_worker hold URL [options]    # takes one slot, prints "held", sleeps until killed
 
 Each call records the Redis time of its admission and the wall-clock span it spent inside the block,
 so the test can check the rate on Redis' clock and the concurrency on the one machine's clock.
@@ -22,7 +22,7 @@ from gateway.quota import QuotaConfig, RedisQuotaLimiter
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tests.quota_worker")
+    parser = argparse.ArgumentParser(prog="python -m tests.helpers.quota_worker")
     parser.add_argument("mode", choices=["burst", "hold"])
     parser.add_argument("url")
     parser.add_argument("--name", default="test")

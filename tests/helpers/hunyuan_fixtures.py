@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.sim.hunyuan import SimulatorConfig, SimulatorStats, create_hunyuan_simulator
-from tests.servers import ThreadedServer
+from simulators.hunyuan import SimulatorConfig, SimulatorStats, create_hunyuan_simulator
+from tests.helpers.servers import ThreadedServer
 
 
 class RunningHunyuanSimulator(ThreadedServer):

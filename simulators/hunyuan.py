@@ -10,7 +10,7 @@ byte, streams cut off without `[DONE]`, and UTF-8 characters split across two ne
 `SimulatorConfig` may be changed while the server runs (each request reads it on arrival);
 `SimulatorStats` (`app.state.stats`) records what arrived. Times are `time.monotonic()` seconds.
 
-Standalone: `python -m gateway.sim.hunyuan --host 127.0.0.1 --port 9100 --ttft 0.3 --tps 40 --qps 20`
+Standalone: `python -m simulators.hunyuan --host 127.0.0.1 --port 9100 --ttft 0.3 --tps 40 --qps 20`
 (`main()` below; `--help` lists the options).
 """
 
@@ -454,7 +454,7 @@ def create_hunyuan_simulator(config: SimulatorConfig | None = None) -> FastAPI:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gateway.sim.hunyuan", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m simulators.hunyuan", description=__doc__.splitlines()[0])
     add = parser.add_argument
     add("--host", default="127.0.0.1")
     add("--port", type=int, default=9100)

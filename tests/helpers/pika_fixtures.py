@@ -3,7 +3,7 @@
 `pika_simulator` starts one with the default `PikaSimulatorConfig` (0.3 s jobs, any key accepted); a test
 changes `.config`, points a client at `.base_url` (like `https://queue.fal.run`), and reads `.stats`.
 `webhook_receiver` records every POST it gets (`.received`: raw body and headers) and answers 200, or the
-statuses queued in `.fail_next`. Import the fixtures (or add "tests.pika_fixtures" to `pytest_plugins`).
+statuses queued in `.fail_next`. Import the fixtures (or add "tests.helpers.pika_fixtures" to `pytest_plugins`).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from gateway.sim.pika import (
+from simulators.pika import (
     DEFAULT_MODEL_PATH,
     JWKS_PATH,
     PikaSimulatorConfig,
     PikaSimulatorStats,
     create_pika_simulator,
 )
-from tests.servers import ThreadedServer
+from tests.helpers.servers import ThreadedServer
 
 
 class RunningPikaSimulator(ThreadedServer):

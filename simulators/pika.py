@@ -28,7 +28,7 @@ receiver fails or answers non-2xx.
 `PikaSimulatorConfig` may be changed while the server runs (a job reads it when it is submitted);
 `PikaSimulatorStats` (`app.state.stats`) records what happened.
 
-Standalone: `python -m gateway.sim.pika --host 127.0.0.1 --port 9200 --job-seconds 5`.
+Standalone: `python -m simulators.pika --host 127.0.0.1 --port 9200 --job-seconds 5`.
 """
 
 from __future__ import annotations
@@ -445,7 +445,7 @@ def create_pika_simulator(config: PikaSimulatorConfig | None = None) -> FastAPI:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gateway.sim.pika", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m simulators.pika", description=__doc__.splitlines()[0])
     add = parser.add_argument
     add("--host", default="127.0.0.1")
     add("--port", type=int, default=9200)

@@ -1,0 +1,46 @@
+"""A real gateway (uvicorn + gRPC) in a background thread, on free ports, and the settings tests start it with."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gateway.app import create_app
+from gateway.settings import CacheSettings, ServerSettings, Settings, TaskStoreSettings, TritonSettings
+from localtriton.ports import free_port
+from tests.helpers.servers import ThreadedServer
+
+
+class RunningGateway(ThreadedServer):
+    """`python -m gateway` in-process: the same app, lifespan and servers, on free ports."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.app = create_app(settings)
+        super().__init__(self.app, "gateway", port=settings.server.http_port)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings.server.http_port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.settings.server.grpc_port}"
+
+    def start(self) -> RunningGateway:
+        self.start_server()
+        return self
+
+
+def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
+    """Settings for a test gateway: free ports, the given Triton, no cache unless asked for, a task
+    database of its own."""
+    task_db = Path(tempfile.mkdtemp(prefix="gateway-tasks-")) / "tasks.sqlite3"
+    defaults: dict[str, Any] = {
+        "server": ServerSettings(host="127.0.0.1", http_port=free_port(), grpc_port=free_port()),
+        "triton": TritonSettings(url=triton_url),
+        "cache": CacheSettings(embedding_cache_mb=0),
+        "tasks": TaskStoreSettings(sqlite_path=str(task_db)),
+    }
+    return Settings(**{**defaults, **concerns})
