@@ -93,7 +93,7 @@ def encoder_config(model: ServedModel) -> mc.ModelConfig:
     config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1))
     # No queue delay and no preferred sizes: a free instance takes every queued request at once (up to
     # MAX_BATCH_SIZE). Under load requests queue while a batch runs, so batches grow by themselves; a timer
-    # would only hold a lone request back (2 ms per request at concurrency 1 here, with no gain at 8 or 32).
+    # would hold a lone request back by its whole delay and, with batches already growing under load, gain nothing.
     config.dynamic_batching.SetInParent()
     _params(
         config,

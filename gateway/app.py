@@ -30,7 +30,7 @@ from gateway.grpc.server import create_grpc_server
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
-from gateway.routes import callbacks, chat, embeddings, health, video
+from gateway.routes import callbacks, chat, docs, embeddings, health, video
 from gateway.services.chat import ChatService
 from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
@@ -212,6 +212,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         version="0.1.0",
         description="Embeddings (Triton), chat and images behind one OpenAI-style API.",
         lifespan=lifespan,
+        docs_url=None,  # gateway.routes.docs serves /docs and /redoc without a CDN
+        redoc_url=None,
         # FastAPI's own OpenTelemetry server and endpoint spans (they continue the caller's `traceparent`);
         # metrics are Prometheus (gateway.metrics), and request logs are ours.
         telemetry={"metrics": False, "logs": False, "exclude": lambda scope: scope.get("path") in PUBLIC_PATHS},
@@ -222,6 +224,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     video.attach_router(app)
     callbacks.attach_router(app)
     health.attach_router(app)
+    docs.attach_router(app)
     app.add_middleware(ApiKeyMiddleware, verifier=verifier)
     app.add_middleware(
         LimitsMiddleware,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections import Counter
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from gateway.errors import (
 from gateway.protocol.unicode import require_unicode
 from gateway.quota.base import QuotaLimiter, Slot
 from gateway.services.shared_stream import SharedStream
+from gateway.services.single_flight import SingleFlight
 from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.llm import LLMClient
 
@@ -60,8 +60,7 @@ class ChatService:
         self._fallbacks = fallbacks
         self._max_prompt_chars = max_prompt_chars
         self._timeout = timeout_seconds
-        self._in_flight: dict[str, asyncio.Task[dict[str, Any]]] = {}
-        self._waiting: Counter[str] = Counter()  # requests awaiting each in-flight completion
+        self._in_flight: SingleFlight[str, dict[str, Any]] = SingleFlight(cancel_when_abandoned=True)
         self._streams: dict[str, SharedStream] = {}
 
     async def complete(self, body: dict[str, Any], *, use_cache: bool = True) -> tuple[dict[str, Any], CacheResult]:
@@ -72,27 +71,8 @@ class ChatService:
         if use_cache and (cached := await self._cached(body, key)) is not None:
             answer, result = cached
             return answer.as_completion(), result
-        task = self._in_flight.get(key)
-        if task is None:
-            task = asyncio.create_task(self._complete_upstream(body, key))
-            self._in_flight[key] = task
-            task.add_done_callback(partial(self._forget, key))
-        self._waiting[key] += 1
-        try:
-            return await asyncio.shield(task), CacheResult("miss")
-        finally:
-            self._waiting[key] -= 1
-            if not self._waiting[key]:
-                del self._waiting[key]
-                if not task.done():
-                    self._forget(key, task)  # a request arriving now starts its own call
-                    task.cancel()
-
-    def _forget(self, key: str, task: asyncio.Task[dict[str, Any]]) -> None:
-        if self._in_flight.get(key) is task:
-            del self._in_flight[key]
-        if task.done() and not task.cancelled():
-            task.exception()  # retrieved: the waiting requests re-raise it, nobody else must log it
+        completion = await self._in_flight.run(key, partial(self._complete_upstream, body, key))
+        return completion, CacheResult("miss")
 
     async def stream(
         self, body: dict[str, Any], *, use_cache: bool = True

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Literal, Protocol
 
 import numpy as np
@@ -15,6 +14,7 @@ from gateway import metrics
 from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache, embedding_key
 from gateway.errors import InputTooLongError, InvalidRequestError, NotFoundError
 from gateway.protocol.unicode import has_lone_surrogate, is_blank
+from gateway.services.single_flight import SingleFlight
 from gateway.settings import LimitSettings
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
@@ -53,7 +53,7 @@ class EmbeddingService:
         self._embedder = embedder
         self._cache = cache
         self._limits = limits
-        self._in_flight: dict[str, asyncio.Task[dict[str, CachedEmbedding]]] = {}
+        self._in_flight: SingleFlight[str, dict[str, CachedEmbedding]] = SingleFlight()
 
     async def ready(self) -> bool:
         return await self._embedder.ready()
@@ -117,23 +117,12 @@ class EmbeddingService:
         cancel it for the concurrent requests waiting on the same texts.
         """
         keys = {text: embedding_key(info.name, info.variant, text) for text in texts}
-        tasks = {self._in_flight[key] for key in keys.values() if key in self._in_flight}
-        leading = [text for text in texts if keys[text] not in self._in_flight]
+        tasks = {task for key in keys.values() if (task := self._in_flight.running(key)) is not None}
+        leading = [text for text in texts if self._in_flight.running(keys[text]) is None]
         if leading:
-            task = asyncio.create_task(self._call_triton(info, leading))
-            for text in leading:
-                self._in_flight[keys[text]] = task
-            task.add_done_callback(partial(self._forget, [keys[text] for text in leading]))
-            tasks.add(task)
-        batches = await asyncio.gather(*(asyncio.shield(task) for task in tasks))
+            tasks.add(self._in_flight.start([keys[text] for text in leading], self._call_triton(info, leading)))
+        batches = await asyncio.gather(*(self._in_flight.wait(task) for task in tasks))
         return {text: batch[text] for batch in batches for text in batch if text in keys}
-
-    def _forget(self, keys: list[str], task: asyncio.Task[dict[str, CachedEmbedding]]) -> None:
-        for key in keys:
-            if self._in_flight.get(key) is task:
-                del self._in_flight[key]
-        if not task.cancelled():
-            task.exception()  # retrieved here: waiting requests re-raise it, nobody else must log it
 
     async def _call_triton(self, info: ModelInfo, texts: list[str]) -> dict[str, CachedEmbedding]:
         result = await self._embedder.embed(texts)

@@ -12,13 +12,13 @@ interleave inside a transaction. WAL with synchronous=NORMAL: a crashed process 
 nothing, a power loss may lose the last commits.
 
 Statements run on the event loop. Each reads or writes a few rows through an index and appends to the WAL
-in the page cache: 5-300 us here (writes the most: a commit appends every page it changed). Through a worker
-thread (aiosqlite) each statement cost ~70 us more CPU, and at 200 submits/s its waits for the GIL gave a
-100 us insert a p99 of 13-27 ms. Nothing on the loop waits for anything else: a locked database (another
+in the page cache, which takes microseconds (writes the most: a commit appends every page it changed). A
+worker thread (aiosqlite) costs more CPU per statement than that, and under load its waits for the GIL
+turned a quick insert into a slow tail. Nothing on the loop waits for anything else: a locked database (another
 process writing, a checkpoint) is tried again after a short asynchronous pause (busy timeout 0 on the
 connection), checkpoints (copying the WAL back, with fsync) run in a worker thread on their own connection
 every CHECKPOINT_EVERY_WRITES writes (SQLite's own would run on the writer: the loop), so does the count of
-open tasks (it reads every one: ~1 ms per 20,000 open here), and expired tasks are deleted in batches.
+open tasks (it reads every one), and expired tasks are deleted in batches.
 
 Watchers are woken in process only (`ChangeNotifier`); another process on the same file sees the data, and
 its watchers notice a change on their own timeout.
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
 
-CHECKPOINT_EVERY_WRITES = 250  # the WAL stays near 250 writes (~6 MB here), as with SQLite's own 1,000 pages
+CHECKPOINT_EVERY_WRITES = 250  # keeps the WAL near the size at which SQLite's own checkpoint (1,000 pages) runs
 PURGE_BATCH = 500
 LOCKED_PAUSES = (0.0005, 0.02)  # seconds between tries while the database is locked: the first, the longest
 
@@ -77,8 +77,8 @@ _UPDATE = (
     "UPDATE tasks SET state = ?, version = ?, expires_at = ?, due_at = ?, record = ? "
     f"WHERE id = ? AND version = ? AND {_IS_OPEN}"
 )
-# INDEXED BY: without statistics the planner took tasks_by_state and sorted every open task (50-90 ms at
-# 100,000 open here); the due index reads only the rows due, already in order (0.6 ms for 500).
+# INDEXED BY: without statistics the planner took tasks_by_state and sorted every open task, a cost that
+# grows with the open tasks; the due index reads only the rows due, already in order.
 _DUE = f"SELECT record FROM tasks INDEXED BY tasks_due WHERE {_IS_OPEN} AND due_at <= ? ORDER BY due_at, rowid LIMIT ?"
 _COUNT_OPEN = f"SELECT state, COUNT(*) FROM tasks WHERE {_IS_OPEN} GROUP BY state"
 _PURGE = "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks WHERE expires_at < ? LIMIT ?)"
@@ -252,7 +252,7 @@ class SqliteTaskStore:
     async def _checkpoint(self) -> None:
         """Copy the WAL back into the database file, in a worker thread: first PASSIVE, the bulk, while writers
         go on; then RESTART, which copies what they appended meanwhile holding new writes off (a write waits
-        for it in `_while_locked`: a few ms at most here), so the next write starts the WAL over."""
+        for it in `_while_locked`, briefly), so the next write starts the WAL over."""
 
         def checkpoint(db: sqlite3.Connection) -> None:
             db.execute("PRAGMA wal_checkpoint(PASSIVE)")

@@ -12,13 +12,13 @@ import onnxruntime as ort
 
 CPU_FILES = {"int8": "model_int8.onnx", "fp32": "model.onnx"}
 # After sorting by length, a chunk (one ONNX Runtime call) grows while its padded area stays within this
-# multiple of its real tokens. Measured on INT8 MiniLM, 2 cores, dynamic batches of 16-64 mixed texts:
-# 1.1-1.2 beat fixed chunks of 4, 8 or 16 rows by 10-30 % (padding waste vs. many small matrix products).
+# multiple of its real tokens. It trades padding waste (a ratio too high) against many small matrix
+# products (too low), and beat chunks of a fixed number of rows on dynamic batches of mixed lengths.
 PADDING_RATIO = 1.15
 # Runs side by side take a batch's chunks from one queue, in pieces of at most 1/(workers x this) of the
 # batch: when another process preempts one run, the other worker takes the remaining pieces instead of
-# waiting for it at the batch's end. Measured through Triton + gateway on 2 cores, single texts at
-# concurrency 32 (4 alternating rounds): 1 piece per worker 428-431 texts/s, 2: 430-449, 3: 436-453, 4: 434-447.
+# waiting for it at the batch's end. More pieces balance the workers better, but each is a smaller, less
+# efficient run; 3 served the most texts/s through Triton and the gateway (1 piece per worker the fewest).
 PIECES_PER_WORKER = 3
 
 
@@ -40,8 +40,8 @@ def plan_session(
 
     On the CPU a batch's chunks run side by side by default, one single-threaded run per core (`parallel_runs`):
     the chunks of a dynamic batch are small (a few rows of similar length), where ONNX Runtime's threads spend
-    much of each run waiting for one another. Measured on INT8 MiniLM, 2 cores, batches of 8-32 mixed texts:
-    1.3-1.7 x the texts/s of one run at a time on 2 threads, and a lower latency per batch."""
+    much of each run waiting for one another, so runs side by side serve more texts/s than one run at a
+    time on every thread, at a lower latency per batch."""
     cores = cores_per_instance(cpu_instances)
     parallel = int(params.get("parallel_runs", "0")) or (cores if kind == "CPU" else 1)
     threads = int(params.get("intra_op_threads", "0")) or max(1, cores // parallel)
