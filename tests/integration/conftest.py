@@ -1,3 +1,5 @@
+"""Triton fixtures for the integration tests: the exported MiniLM served INT8 and FP32, and the reference."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -5,19 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tritonclient.grpc import model_config_pb2 as mc
 
 from export.checkpoint import Checkpoint
 from export.repository import copy_with_config
 from localtriton.server import TritonProcess
-
-
-def run_fp32(config: mc.ModelConfig) -> None:
-    config.parameters["cpu_precision"].string_value = "fp32"
-
-
-def run_on_gpu(config: mc.ModelConfig) -> None:
-    config.instance_group[0].kind = mc.ModelInstanceGroup.KIND_GPU
+from tests.helpers.triton_configs import run_fp32
 
 
 @pytest.fixture(scope="session")

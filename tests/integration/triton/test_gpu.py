@@ -12,8 +12,8 @@ import tritonclient.grpc as grpcclient
 from export.repository import copy_with_config
 from localtriton.server import TritonProcess
 from tests.helpers.sentences import CHINESE, ENGLISH
+from tests.helpers.triton_configs import run_on_gpu
 from tests.helpers.triton_embeddings import cosines, grpc_embed, text_batch
-from tests.integration.conftest import run_on_gpu
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.unit.model_repository.conftest import load_model_module
+from tests.helpers.model_modules import load_model_module
 
 encoder = load_model_module("bge_onnx", "encoder")
 

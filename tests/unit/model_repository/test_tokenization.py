@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from export.checkpoint import Checkpoint
-from tests.unit.model_repository.conftest import load_model_module
+from tests.helpers.model_modules import load_model_module
 
 tokenization = load_model_module("bge_tokenizer", "tokenization")
 

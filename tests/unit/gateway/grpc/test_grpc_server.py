@@ -19,7 +19,7 @@ from gateway.grpc import codegen
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.grpc.server import address
 from gateway.limits import InFlightLimit
-from tests.unit.gateway.grpc.conftest import AUTH, SECRET, Harness, HarnessFactory
+from tests.helpers.grpc_harness import AUTH, SECRET, Harness, HarnessFactory
 
 EMBED = "/gateway.v1.Embeddings/Embed"
 

@@ -25,7 +25,7 @@ from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.protocol.video import ImageGenerationRequest
 from gateway.services.video import public_task
 from gateway.tasks.model import Task, TaskError, TaskState
-from tests.unit.gateway.grpc.conftest import API_KEY, AUTH, Harness, HarnessFactory
+from tests.helpers.grpc_harness import API_KEY, AUTH, Harness, HarnessFactory
 
 RESULT = {"video": {"url": "https://files.example/out.mp4", "content_type": "video/mp4"}, "seed": 7, "note": "红狐"}
 

@@ -9,12 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.cache.semantic.context import query_negated, query_numbers, semantic_context_key, semantic_query
-
-
-def chat(text: str, **fields: Any) -> dict[str, Any]:
-    earlier = fields.pop("earlier", [])
-    body = {"model": "hunyuan-lite", "temperature": 0.2, "messages": [*earlier, {"role": "user", "content": text}]}
-    return body | fields
+from tests.helpers.semantic import chat
 
 
 def test_context_key_is_equal_for_paraphrased_last_turns() -> None:

@@ -13,14 +13,9 @@ from gateway.cache.base import CacheStoreError
 from gateway.cache.chat import exact_key
 from gateway.cache.semantic.index import SemanticHit, SemanticIndex
 from gateway.cache.semantic.stores import MemorySemanticStore, SemanticEntry
+from tests.helpers.semantic import chat
 
 T = TypeVar("T")
-
-
-def chat(text: str, **fields: Any) -> dict[str, Any]:
-    earlier = fields.pop("earlier", [])
-    body = {"model": "hunyuan-lite", "temperature": 0.2, "messages": [*earlier, {"role": "user", "content": text}]}
-    return body | fields
 
 
 def q(topic: str, score: float) -> str:

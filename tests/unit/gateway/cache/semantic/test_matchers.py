@@ -11,7 +11,8 @@ import numpy.typing as npt
 import pytest
 
 from gateway.cache.semantic.matchers import EmbeddingMatcher, SimHashMatcher
-from gateway.cache.semantic.simhash import simhash64, simhash_similarity
+from gateway.cache.semantic.simhash import simhash64
+from tests.helpers.semantic import similar
 
 T = TypeVar("T")
 
@@ -21,10 +22,6 @@ def run(awaitable: Awaitable[T]) -> T:
         return await awaitable
 
     return asyncio.run(main())
-
-
-def similar(a: str, b: str) -> float:
-    return simhash_similarity(simhash64(a), simhash64(b))
 
 
 class FixedEmbedder:

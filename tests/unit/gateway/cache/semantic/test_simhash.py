@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.cache.semantic.simhash import simhash64, simhash_similarity
-
-
-def similar(a: str, b: str) -> float:
-    return simhash_similarity(simhash64(a), simhash64(b))
+from tests.helpers.semantic import similar
 
 
 def test_simhash_is_stable_and_identical_texts_score_one() -> None:
