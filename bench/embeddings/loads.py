@@ -112,7 +112,7 @@ async def measure_rest(load: RestLoad, concurrency: int) -> tuple[RunStats, CpuW
         )
         await warm_up(request, concurrency)  # opens the connections and wakes the server outside the timing
         misses.clear()
-        before = await load.triton.snapshot() if load.triton else None
+        before = await load.triton.settled() if load.triton else None
         loop = closed_loop(request, total=len(load.requests), concurrency=concurrency)
         stats, window = await measure(loop, load.servers)
     finally:
@@ -131,7 +131,7 @@ async def measure_triton(
     try:
         request = client.request(requests)
         await warm_up(request, concurrency)
-        before = await seen.snapshot()
+        before = await seen.settled()
         loop = closed_loop(request, total=len(requests), concurrency=concurrency)
         stats, window = await measure(loop, {"triton": triton.server.pid})
     finally:
