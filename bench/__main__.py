@@ -20,8 +20,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, PartResult, machine
+from bench.paths import RESULTS
 from bench.report import PARTS, write_report
+from bench.results import PartResult, machine
 
 log = logging.getLogger("bench")
 

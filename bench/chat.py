@@ -38,19 +38,11 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import (
-    PartResult,
-    Point,
-    RunStats,
-    ServerProcess,
-    Target,
-    aiohttp_session,
-    closed_loop,
-    machine,
-    median,
-    summarize,
-    venv_python,
-)
+from bench.load import aiohttp_session, closed_loop
+from bench.peer_venvs import venv_python
+from bench.processes import ServerProcess
+from bench.results import PartResult, Point, Target, machine, summarize
+from bench.run_stats import RunStats, median
 from bench.stack import Endpoint, gateway, hunyuan_simulator
 from localtriton.ports import free_port
 from simulators.hunyuan import echo_reply, split_pieces

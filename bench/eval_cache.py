@@ -32,6 +32,7 @@ import numpy.typing as npt
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from bench.padding import padded_inputs
 from gateway.cache.semantic import EmbeddingMatcher, Matcher, SimHashMatcher
 
 log = logging.getLogger("bench.eval_cache")
@@ -122,13 +123,7 @@ class OnnxEmbedder:
         return np.stack(vectors) if vectors else np.zeros((0, 0), np.float32)
 
     def _run(self, batch: list[list[int]]) -> npt.NDArray[np.float32]:
-        width = max(len(ids) for ids in batch)
-        input_ids = np.full((len(batch), width), self._pad_id, dtype=np.int64)
-        attention_mask = np.zeros((len(batch), width), dtype=np.int64)
-        for row, ids in enumerate(batch):
-            input_ids[row, : len(ids)] = ids
-            attention_mask[row, : len(ids)] = 1
-        (embedding,) = self._session.run(["EMBEDDING"], {"INPUT_IDS": input_ids, "ATTENTION_MASK": attention_mask})
+        (embedding,) = self._session.run(["EMBEDDING"], padded_inputs(batch, self._pad_id))
         return np.asarray(embedding, dtype=np.float32)
 
 

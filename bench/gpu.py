@@ -18,8 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import PartResult, Point, RunStats
-from bench.embeddings import CpuWindow, Series, batches, checkpoint_for, measure_triton, require_export
+from bench.cpu import CpuWindow
+from bench.embeddings.loads import Series, batches, measure_triton
+from bench.embeddings.repository import checkpoint_for, require_export
+from bench.results import PartResult, Point
+from bench.run_stats import RunStats
 from bench.stack import REPOSITORY, triton
 from bench.triton_stats import MODEL
 from bench.workload import texts as workload_texts
@@ -120,10 +123,9 @@ def record(
     window: CpuWindow,
     counters: dict[str, float],
 ) -> None:
-    item = series.setdefault((in_flight, batch_size), Series(series_name(in_flight), batch_size))
-    item.runs.append(stats)
-    item.cpu.append(window.percent)
-    item.counters.append(counters)
+    series.setdefault((in_flight, batch_size), Series(series_name(in_flight), batch_size)).add(
+        stats, window.percent, counters
+    )
 
 
 def table_row(point: Point) -> dict[str, Any]:

@@ -31,18 +31,10 @@ import aiohttp
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.common import (
-    PartResult,
-    Point,
-    RunStats,
-    Target,
-    aiohttp_session,
-    machine,
-    median,
-    open_loop,
-    running,
-    summarize,
-)
+from bench.load import aiohttp_session, open_loop
+from bench.processes import running
+from bench.results import PartResult, Point, Target, machine, summarize
+from bench.run_stats import RunStats, median
 from bench.stack import Endpoint, gateway, pika_simulator
 from localtriton.ports import free_port
 

@@ -10,7 +10,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import ROOT, ServerProcess
+from bench.paths import ROOT
+from bench.processes import ServerProcess
 from localtriton.ports import free_port
 
 REPOSITORY = ROOT / "model_repository"

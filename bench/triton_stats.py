@@ -20,7 +20,7 @@ MODEL = "bge_onnx"  # the encoder behind it, where the dynamic batches form
 TOKENIZER = "bge_tokenizer"  # the ensemble's first step
 MODELS = (ENSEMBLE, MODEL)
 PHASES = ("compute_input", "compute_infer", "compute_output")
-SETTLE_READS = 20  # snapshots after a load, until two agree
+SETTLE_READS = 20  # snapshots around a load, until two agree
 SETTLE_PAUSE_SECONDS = 0.02
 
 
@@ -77,15 +77,21 @@ class TritonStats:
     async def snapshot(self) -> dict[str, ModelCounters]:
         return {name: ModelCounters.from_stats(await asyncio.to_thread(self._fetch, name)) for name in MODELS}
 
-    async def since(self, before: dict[str, ModelCounters], texts: int, seconds: float) -> dict[str, float]:
-        """`load_counters` for what happened since the snapshot `before`. Triton counts a request when it
-        releases it, which may be just after its client has the answer: read until two snapshots agree."""
+    async def settled(self) -> dict[str, ModelCounters]:
+        """A snapshot once two in a row agree. Triton counts a request when it releases it, which may be just
+        after its client has the answer: read at once, the last requests of a load (or of its warm-up) may be
+        missing, and would then be counted in the next load."""
         after = await self.snapshot()
         for _ in range(SETTLE_READS):
             await asyncio.sleep(SETTLE_PAUSE_SECONDS)
             again, after = after, await self.snapshot()
             if again == after:
                 break
+        return after
+
+    async def since(self, before: dict[str, ModelCounters], texts: int, seconds: float) -> dict[str, float]:
+        """`load_counters` for what happened since the snapshot `before` (take it `settled`, too)."""
+        after = await self.settled()
         return load_counters(after[ENSEMBLE] - before[ENSEMBLE], after[MODEL] - before[MODEL], texts, seconds)
 
     def _fetch(self, model: str) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from bench.chat import (
     streams_target,
     ttft_targets,
 )
-from bench.common import RunStats
+from bench.run_stats import RunStats
 from simulators.hunyuan import echo_reply, split_pieces
 
 

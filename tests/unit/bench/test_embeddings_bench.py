@@ -12,26 +12,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.common import Point, closed_loop, tree_cpu_seconds, tree_cpu_split
-from bench.embeddings import (
-    CACHED_1,
-    GATEWAY_1,
-    GATEWAY_32,
-    NAIVE,
-    ORT_INT8,
-    TRITON_1,
-    TRITON_32,
-    EmbeddingsError,
-    batches,
-    cpu_budget,
-    evaluate_targets,
-    measure,
-    openai_request,
-    ratio_target,
-    run,
-    table_rows,
-    triton_part,
-)
+from bench.cpu import tree_cpu_seconds, tree_cpu_split, triton_part
+from bench.embeddings import run
+from bench.embeddings.clients import EmbeddingsError, openai_request
+from bench.embeddings.loads import batches, measure
+from bench.embeddings.plan import CACHED_1, GATEWAY_1, GATEWAY_32, NAIVE, ORT_INT8, TRITON_1, TRITON_32
+from bench.embeddings.report import cpu_budget, evaluate_targets, ratio_target, table_rows
+from bench.load import closed_loop
+from bench.results import Point
 from bench.workload import MAX_WORDS, MIN_WORDS, samples, texts
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -83,18 +71,19 @@ def test_workload_arguments_are_checked() -> None:
 # -- measuring ------------------------------------------------------------------------------------------
 
 
-def test_measure_counts_every_item_when_requests_overlap() -> None:
+def test_measure_runs_the_load_in_a_cpu_window_and_counts_every_item() -> None:
     async def request(index: int) -> int:
         await asyncio.sleep(0.001 * (index % 3))
         return 2
 
-    stats, window = asyncio.run(measure(request, total=100, concurrency=16, servers={"self": os.getpid()}))
+    load = closed_loop(request, total=100, concurrency=16)
+    stats, window = asyncio.run(measure(load, {"self": os.getpid()}))
     assert stats.items == 200 and len(stats.latencies) == 100
     assert {"self_cpu_percent", "server_cpu_percent", "foreign_cpu_percent"} <= window.percent.keys()
 
 
-def test_closed_loop_alone_undercounts_overlapping_items() -> None:
-    """Why `measure` counts items itself (bench.common.closed_loop does `items += await request(i)`)."""
+def test_closed_loop_counts_every_item_when_requests_overlap() -> None:
+    """An item count read before an await would lose the updates of the requests that end meanwhile."""
 
     async def request(index: int) -> int:
         await asyncio.sleep(0.001)
@@ -102,7 +91,7 @@ def test_closed_loop_alone_undercounts_overlapping_items() -> None:
 
     stats = asyncio.run(closed_loop(request, total=64, concurrency=8))
     assert len(stats.latencies) == 64
-    assert stats.items <= 64  # equal once bench.common counts after the await
+    assert stats.items == 64
 
 
 def test_failed_requests_are_counted_and_the_first_cause_is_logged(caplog: pytest.LogCaptureFixture) -> None:

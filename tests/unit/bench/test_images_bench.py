@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from bench import images
-from bench.common import Point, RunStats, ServerProcess
 from bench.images import CompletionRun, completion_row, gateway_env, metric, targets
+from bench.processes import ServerProcess
+from bench.results import Point
+from bench.run_stats import RunStats
 from bench.stack import Endpoint
 
 METRICS = """\

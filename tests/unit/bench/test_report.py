@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.common import PartResult, Point, RunStats, Target, percentile, summarize
 from bench.report import write_report
+from bench.results import PartResult, Point, Target, summarize
+from bench.run_stats import RunStats, percentile
 
 MACHINE = {"cpu": "Test CPU", "cores": 2, "memory_gib": 24.0, "python": "3.11", "platform": "linux"}
 
