@@ -36,7 +36,8 @@ from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
 from gateway.services.video import VideoService
 from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_runner import RunnerConfig, VideoTaskRunner
+from gateway.services.video_runner import VideoTaskRunner
+from gateway.services.video_steps import RunnerConfig
 from gateway.settings import Settings
 from gateway.tasks.stores import build_task_store
 from gateway.upstreams.breaker import BreakerBoard

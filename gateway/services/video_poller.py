@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from gateway import metrics
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_steps import backoff
+from gateway.services.video_steps import RunnerConfig, backoff
 from gateway.tasks.base import Lease
 from gateway.tasks.model import Task, TaskState
 from gateway.upstreams.fal import FalStatus, FalSubmission, VideoUpstreamError
@@ -34,23 +34,19 @@ class VideoPoller:
         self,
         ledger: TaskLedger,
         upstream: StatusQueue,
+        config: RunnerConfig,
         *,
         owner: str,
-        lease_seconds: float,
-        poll_initial_seconds: float,
-        poll_max_seconds: float,
     ) -> None:
         self._ledger = ledger
         self._upstream = upstream
         self._owner = owner  # this replica's name on leases
-        self._lease_seconds = lease_seconds
-        self._poll_initial = poll_initial_seconds
-        self._poll_max = poll_max_seconds
+        self._config = config
         self._polls = asyncio.Semaphore(MAX_CONCURRENT_POLLS)
 
     async def poll(self, task_id: str) -> None:
         """Poll the task's job if it is processing and due, unless another replica polls it now."""
-        lease = Lease(f"poll:{task_id}", self._owner, self._lease_seconds)
+        lease = Lease(f"poll:{task_id}", self._owner, self._config.lease_seconds)
         async with self._polls:
             if not await self._ledger.acquire_lease(lease):
                 return  # another replica polls it
@@ -98,7 +94,7 @@ class VideoPoller:
         if task.state != TaskState.PROCESSING:
             return None
         now = self._ledger.clock()
-        delay = backoff(self._poll_initial, self._poll_max, task.polls)
+        delay = backoff(self._config.poll_initial_seconds, self._config.poll_max_seconds, task.polls)
         return task.moved(TaskState.PROCESSING, now, polls=task.polls + 1, poll_after=now + delay)
 
     def _end_by_polling(

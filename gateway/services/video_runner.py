@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from dataclasses import dataclass
 from typing import Protocol
 
 from gateway import metrics
@@ -23,7 +22,7 @@ from gateway.quota.base import QuotaLimiter
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_poller import StatusQueue, VideoPoller
 from gateway.services.video_reaper import CancelQueue, VideoReaper
-from gateway.services.video_steps import TaskSteps
+from gateway.services.video_steps import RunnerConfig, TaskSteps
 from gateway.services.video_submitter import SUBMIT_DRAIN_SECONDS, SubmitQueue, VideoSubmitter
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import TaskState
@@ -37,18 +36,6 @@ MAX_DUE_PER_SCAN = 500  # the earliest due first; the rest wait for the next sca
 
 class VideoQueue(SubmitQueue, StatusQueue, CancelQueue, Protocol):
     """What the runner needs from the upstream client (`FalQueueClient`)."""
-
-
-@dataclass(frozen=True)
-class RunnerConfig:
-    callback_grace_seconds: float = 30.0
-    poll_initial_seconds: float = 1.0
-    poll_max_seconds: float = 10.0
-    lease_seconds: float = 30.0
-    scan_interval_seconds: float = 1.0
-    max_concurrent_submits: int = 4
-    retry_initial_seconds: float = 1.0
-    retry_max_seconds: float = 30.0
 
 
 class VideoTaskRunner:
@@ -73,22 +60,10 @@ class VideoTaskRunner:
             webhook_urls,
             self._steps,
             self.reaper,
+            config,
             owner=owner,
-            lease_seconds=config.lease_seconds,
-            max_concurrent_submits=config.max_concurrent_submits,
-            callback_grace_seconds=config.callback_grace_seconds,
-            poll_initial_seconds=config.poll_initial_seconds,
-            retry_initial_seconds=config.retry_initial_seconds,
-            retry_max_seconds=config.retry_max_seconds,
         )
-        self.poller = VideoPoller(
-            ledger,
-            upstream,
-            owner=owner,
-            lease_seconds=config.lease_seconds,
-            poll_initial_seconds=config.poll_initial_seconds,
-            poll_max_seconds=config.poll_max_seconds,
-        )
+        self.poller = VideoPoller(ledger, upstream, config, owner=owner)
         self._scanner: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import GatewayError
@@ -21,6 +22,20 @@ log = logging.getLogger(__name__)
 def backoff(first: float, most: float, attempt: int) -> float:
     """The wait before try `attempt + 1`: doubling from `first`, at most `most`."""
     return float(min(most, first * 2 ** min(attempt, 30)))
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """How a replica works its video tasks: leases, submit workers, and the back-offs of retries and polls."""
+
+    callback_grace_seconds: float = 30.0
+    poll_initial_seconds: float = 1.0
+    poll_max_seconds: float = 10.0
+    lease_seconds: float = 30.0
+    scan_interval_seconds: float = 1.0
+    max_concurrent_submits: int = 4
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 30.0
 
 
 class TaskSteps:

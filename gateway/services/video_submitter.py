@@ -21,7 +21,7 @@ from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.quota.base import QuotaLimiter
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_reaper import VideoReaper
-from gateway.services.video_steps import TaskSteps, backoff
+from gateway.services.video_steps import RunnerConfig, TaskSteps, backoff
 from gateway.tasks.base import Lease, TaskStoreError
 from gateway.tasks.model import Task, TaskState
 from gateway.upstreams.fal import FalSubmission
@@ -49,14 +49,9 @@ class VideoSubmitter:
         webhook_urls: WebhookUrls,
         steps: TaskSteps,
         reaper: VideoReaper,
+        config: RunnerConfig,
         *,
         owner: str,
-        lease_seconds: float,
-        max_concurrent_submits: int,
-        callback_grace_seconds: float,
-        poll_initial_seconds: float,
-        retry_initial_seconds: float,
-        retry_max_seconds: float,
     ) -> None:
         self._ledger = ledger
         self._upstream = upstream
@@ -65,12 +60,7 @@ class VideoSubmitter:
         self._steps = steps
         self._reaper = reaper
         self._owner = owner  # this replica's name on leases
-        self._lease_seconds = lease_seconds
-        self._workers_wanted = max_concurrent_submits
-        self._callback_grace = callback_grace_seconds
-        self._poll_initial = poll_initial_seconds
-        self._retry_initial = retry_initial_seconds
-        self._retry_max = retry_max_seconds
+        self._config = config
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._created: dict[str, tuple[Task, float]] = {}  # by `enqueue_created`: record, when its lease was taken
@@ -79,7 +69,7 @@ class VideoSubmitter:
         self._at_upstream: set[asyncio.Task[Any]] = set()  # submits past their quota wait, until recorded
 
     def start(self) -> None:
-        self._workers = [asyncio.create_task(self._submit_worker()) for _ in range(self._workers_wanted)]
+        self._workers = [asyncio.create_task(self._submit_worker()) for _ in range(self._config.max_concurrent_submits)]
 
     async def aclose(self, drain_seconds: float = SUBMIT_DRAIN_SECONDS) -> None:
         """Stop. A submit already at the upstream gets up to `drain_seconds` to record its outcome: cut
@@ -96,7 +86,7 @@ class VideoSubmitter:
 
     def submit_lease(self, task_id: str) -> Lease:
         """The lease a replica holds while it submits `task_id` upstream (renewed while the call runs)."""
-        return Lease(f"submit:{task_id}", self._owner, self._lease_seconds)
+        return Lease(f"submit:{task_id}", self._owner, self._config.lease_seconds)
 
     def enqueue_created(self, task: Task, leased_at: float) -> None:
         """Queue a task this replica has just created together with its `submit_lease` (requested at
@@ -207,7 +197,7 @@ class VideoSubmitter:
             return stored
         metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="accepted").inc()
         now = self._ledger.clock()
-        wait = self._callback_grace if callback else self._poll_initial
+        wait = self._config.callback_grace_seconds if callback else self._config.poll_initial_seconds
         try:
             stored, _ = await self._ledger.change(
                 task.id, lambda t: self._accepted(t, submission, now, wait), known=task
@@ -241,5 +231,5 @@ class VideoSubmitter:
         if task.state != TaskState.PENDING:
             return None
         now = self._ledger.clock()
-        delay = backoff(self._retry_initial, self._retry_max, task.submit_attempts)
+        delay = backoff(self._config.retry_initial_seconds, self._config.retry_max_seconds, task.submit_attempts)
         return task.moved(TaskState.PENDING, now, submit_attempts=task.submit_attempts + 1, next_attempt_at=now + delay)

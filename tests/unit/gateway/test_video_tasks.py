@@ -15,8 +15,8 @@ import pytest
 from gateway.errors import UpstreamUnavailableError
 from gateway.quota import LocalQuotaLimiter
 from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_runner import RunnerConfig, VideoTaskRunner
-from gateway.services.video_steps import backoff
+from gateway.services.video_runner import VideoTaskRunner
+from gateway.services.video_steps import RunnerConfig, backoff
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
