@@ -10,7 +10,7 @@ question it was made for: one made for another question than the one asked (or, 
 original) is a false hit. Measured per run, with a fresh gateway: upstream calls and calls saved per layer
 (`gateway_llm_upstream_calls_total`, `gateway_llm_calls_saved_total`), hits and false hits per kind.
 
-    python -m bench caches [--data ../shared/data] [--runs 3] [--quick] [--out DIR]
+    python -m bench caches [--data DIR] [--runs 3] [--quick] [--out DIR]
 """
 
 from __future__ import annotations

