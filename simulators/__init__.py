@@ -6,7 +6,7 @@ They serve the tests, `make demo` and the benchmarks; they are not part of the g
   (`create_hunyuan_simulator`, `SimulatorConfig`, `SimulatorStats`; `python -m simulators.hunyuan`).
 - `simulators.pika`: Pika's video API as fal.ai serves it, the fal queue protocol with signed webhooks
   (`create_pika_simulator`, `PikaSimulatorConfig`, `PikaSimulatorStats`; `python -m simulators.pika`).
+- `simulators.serve`: what both share, the app that carries a simulator's state and the command line that serves it.
 
-Import from the submodules: this package imports none of them, so that `python -m simulators.hunyuan`
-runs the module once, as `__main__`.
+Import from the sub-packages: this package imports none of them, so that importing one loads only its own modules.
 """

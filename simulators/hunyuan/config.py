@@ -1,0 +1,44 @@
+"""How the simulated Hunyuan behaves: the models it serves and the faults it is told to inject."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_MODELS = (
+    "hunyuan-turbos-latest",
+    "hunyuan-t1-latest",
+    "hunyuan-turbo",
+    "hunyuan-large",
+    "hunyuan-pro",
+    "hunyuan-standard",
+    "hunyuan-standard-256K",
+    "hunyuan-lite",
+    "hunyuan-role",
+    "hunyuan-functioncall",
+)
+
+Messages = list[dict[str, Any]]
+ReplyFunction = Callable[[Messages], str]
+
+
+@dataclass
+class SimulatorConfig:
+    """How the simulated Hunyuan behaves. Mutable at run time: each request reads it when it arrives."""
+
+    api_key: str | None = None  # the only accepted `Authorization: Bearer` key; None accepts any or none
+    models: tuple[str, ...] = DEFAULT_MODELS  # other model names answer 400 model_not_found
+    ttft_seconds: float = 0.0  # delay before the first chunk (streaming) or before generation (non-streaming)
+    tokens_per_second: float | None = None  # pacing of content pieces; None sends them at once
+    qps_quota: int | None = None  # requests let through per rolling 1 s window (by arrival); beyond: 429
+    max_concurrency: int | None = None  # requests answered at once; beyond: 429 concurrency_limit_exceeded
+    error_rate: float = 0.0  # probability of a 500 before the first byte
+    rate_limit_rate: float = 0.0  # probability of a 429 before the first byte
+    seed: int = 0  # seeds the random failures (changing it reseeds)
+    fail_next: list[int] = field(default_factory=list)  # statuses for the next requests, popped in order (200: pass)
+    drop_stream_after_chunks: int | None = None  # close streams abruptly after N chunks, never sending [DONE]
+    split_utf8: bool = False  # split each multi-byte character's bytes across two network writes
+    split_pause_seconds: float = 0.02  # pause between the two halves, so the client reads them separately
+    reply: str | ReplyFunction | None = None  # fixed text or messages -> text; None: echo of the last user message
+    finish_reason: str | None = None  # overrides "stop" / "length"

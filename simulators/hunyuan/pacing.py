@@ -1,0 +1,96 @@
+"""How an answer goes out over time: the SSE stream after the time to first token, one piece per token interval,
+with characters split across writes or the stream cut off on request; a non-streaming answer when a stream of
+it would have ended."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import anyio
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from simulators.hunyuan.config import SimulatorConfig
+from simulators.hunyuan.replies import Answer
+from simulators.hunyuan.stats import SimulatorStats
+
+
+class _StreamDroppedError(Exception):
+    """Raised inside a stream to cut the connection without [DONE]."""
+
+
+def _piece_seconds(config: SimulatorConfig) -> float:
+    return 1.0 / config.tokens_per_second if config.tokens_per_second else 0.0
+
+
+def _sse(chunk: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _split_point(data: bytes) -> int | None:
+    """The index just after the lead byte of the first multi-byte UTF-8 character, if any."""
+    return next((index + 1 for index, byte in enumerate(data) if byte >= 0xC0), None)
+
+
+def _writes(event: bytes, split_utf8: bool) -> list[bytes]:
+    """One network write per event, or two with a character cut in half when `split_utf8` is on."""
+    cut = _split_point(event) if split_utf8 else None
+    return [event] if cut is None else [event[:cut], event[cut:]]
+
+
+async def events(answer: Answer, config: SimulatorConfig) -> AsyncGenerator[bytes, None]:
+    """The stream: role chunk and first piece after the TTFT, the other pieces paced, then [DONE]."""
+    await asyncio.sleep(config.ttft_seconds)
+    drop_after = config.drop_stream_after_chunks
+    for index, chunk in enumerate(answer.chunks()):
+        if drop_after is not None and index >= drop_after:
+            raise _StreamDroppedError
+        if 1 < index <= len(answer.pieces):
+            await asyncio.sleep(_piece_seconds(config))
+        for part, write in enumerate(_writes(_sse(chunk), config.split_utf8)):
+            if part:  # let the first half reach the client on its own
+                await asyncio.sleep(config.split_pause_seconds)
+            yield write
+    if drop_after is not None:
+        raise _StreamDroppedError
+    yield b"data: [DONE]\n\n"
+
+
+class SimulatedStream(StreamingResponse):
+    """An SSE response that records how it ended and closes its generator as soon as it does."""
+
+    def __init__(self, events: AsyncGenerator[bytes, None], stats: SimulatorStats) -> None:
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self._events = events
+        self._stats = stats
+        self._completed = False
+
+    async def stream_response(self, send: Send) -> None:
+        await super().stream_response(send)
+        self._completed = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._stats.streams_open += 1
+        outcome = "cancelled"  # a client disconnect cancels the stream and returns quietly
+        try:
+            await super().__call__(scope, receive, send)
+            outcome = "completed" if self._completed else outcome
+        except _StreamDroppedError:
+            # Returning without the final body makes uvicorn close the connection mid-stream.
+            outcome = "dropped"
+        finally:
+            self._stats.close_stream(outcome)
+            with anyio.CancelScope(shield=True):
+                await self._events.aclose()
+
+
+async def complete(answer: Answer, config: SimulatorConfig, stats: SimulatorStats) -> JSONResponse:
+    """A non-streaming answer arrives when a stream of it would have ended."""
+    try:
+        await asyncio.sleep(config.ttft_seconds + _piece_seconds(config) * max(len(answer.pieces) - 1, 0))
+    finally:
+        stats.in_flight -= 1
+    return JSONResponse(answer.completion())
