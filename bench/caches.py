@@ -28,10 +28,10 @@ from typing import Any, Literal
 import httpx
 
 from bench.eval_cache import DATA_FILES, Pair, load_pairs, sample_pairs
-from bench.images import load_note, metric
+from bench.gateway_metrics import metric
 from bench.paths import ROOT
 from bench.processes import running
-from bench.results import PartResult, machine
+from bench.results import PartResult, load_note, machine
 from bench.run_stats import median, percentile
 from bench.stack import gateway, hunyuan_simulator
 from gateway.cache.semantic import simhash64, simhash_similarity

@@ -1,6 +1,6 @@
 """What a part records: its measured points, table and targets (`PartResult`), and the machine it ran on.
 
-A part (`bench/embeddings/`, `bench/chat.py`, `bench/images.py`, `bench/caches.py`, `bench/gpu.py`)
+A part (`bench/embeddings/`, `bench/chat/`, `bench/video/`, `bench/caches.py`, `bench/gpu.py`)
 returns a `PartResult`; `bench/report.py` turns the parts of one run into `report.md`, `results.json`
 and plots.
 """
@@ -90,3 +90,11 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def load_note(at_start: float) -> str:
+    """The machine's 1-minute load average around the part: other work on it shows up in the latencies."""
+    return (
+        f"Load average (1 min) at the start / end of the part: {at_start:.1f} / {os.getloadavg()[0]:.1f} "
+        f"on {len(os.sched_getaffinity(0))} cores; above the core count, other processes shared the CPUs."
+    )

@@ -11,31 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.chat import (
-    BARE,
-    CACHED,
-    GATEWAY,
-    LITELLM,
-    PROMPT,
-    QUICK,
-    SIM_TTFT,
-    AnswerError,
-    Sample,
-    added_ms,
-    at_least_times,
-    at_most,
-    first_content_seconds,
-    gateway_env,
-    litellm_config,
-    rows,
-    rps_target,
-    run,
-    run_size,
-    series,
-    stream_tps,
-    streams_target,
-    ttft_targets,
-)
+from bench.chat import run
+from bench.chat.clients import AnswerError, first_content_seconds
+from bench.chat.litellm import litellm_config
+from bench.chat.loads import Sample
+from bench.chat.plan import BARE, CACHED, GATEWAY, LITELLM, PROMPT, QUICK, SIM_TTFT, run_size, stream_tps
+from bench.chat.report import added_ms, at_least_times, at_most, rows, rps_target, series, streams_target, ttft_targets
+from bench.chat.servers import gateway_env
 from bench.run_stats import RunStats
 from simulators.hunyuan import echo_reply, split_pieces
 

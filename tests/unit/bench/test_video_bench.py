@@ -1,4 +1,4 @@
-"""The image benchmark's gateway settings, metric reading and targets, and one quick end-to-end run."""
+"""The video benchmark (part `images`): gateway settings, metric reading, targets, and one quick end-to-end run."""
 
 from __future__ import annotations
 
@@ -8,12 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from bench import images
-from bench.images import CompletionRun, completion_row, gateway_env, metric, targets
+from bench import video
+from bench.gateway_metrics import metric
 from bench.processes import ServerProcess
 from bench.results import Point
 from bench.run_stats import RunStats
 from bench.stack import Endpoint
+from bench.video.completion import CompletionRun
+from bench.video.plan import API_KEY, COMPLETION_TASKS, JOB_SECONDS, RATES
+from bench.video.report import completion_row, targets
+from bench.video.servers import gateway_env
 
 METRICS = """\
 # HELP gateway_image_tasks Unfinished image tasks in the store by state (seen by this replica).
@@ -41,10 +45,10 @@ def test_metric_sums_the_samples_with_matching_labels() -> None:
 def test_the_gateway_reaches_the_simulator_and_its_quota_is_above_the_load(tmp_path: Path) -> None:
     pika = Endpoint(ServerProcess("pika", ["true"], log_dir=tmp_path), "", "http://127.0.0.1:9200")
     env = gateway_env(pika, None)
-    assert env["PIKA_BASE_URL"] == "http://127.0.0.1:9200" and env["PIKA_API_KEY"] == images.API_KEY
+    assert env["PIKA_BASE_URL"] == "http://127.0.0.1:9200" and env["PIKA_API_KEY"] == API_KEY
     assert env["PIKA_WEBHOOK_JWKS_URL"] == "http://127.0.0.1:9200/.well-known/jwks.json"
-    assert float(env["PIKA_SUBMITS_PER_SECOND"]) > max(images.RATES)
-    assert float(env["PIKA_CALLBACK_GRACE_SECONDS"]) > images.JOB_SECONDS[False]  # only late webhooks are polled
+    assert float(env["PIKA_SUBMITS_PER_SECOND"]) > max(RATES)
+    assert float(env["PIKA_CALLBACK_GRACE_SECONDS"]) > JOB_SECONDS[False]  # only late webhooks are polled
     assert "REDIS_URL" not in env
     assert gateway_env(pika, "redis://127.0.0.1:6390/0")["REDIS_URL"] == "redis://127.0.0.1:6390/0"
 
@@ -82,12 +86,12 @@ def test_the_completion_row_takes_medians_and_sums_the_lost_tasks() -> None:
 
 @pytest.mark.slow
 def test_quick_run_measures_submits_and_completion_end_to_end(tmp_path: Path) -> None:
-    result = asyncio.run(images.run(tmp_path, runs=1, quick=True))
+    result = asyncio.run(video.run(tmp_path, runs=1, quick=True))
     systems = {point.system for point in result.points}
     assert "SQLite task store" in systems
-    assert {point.x for point in result.points} == set(images.RATES)
+    assert {point.x for point in result.points} == set(RATES)
     assert all(point.extra["errors"] == 0 and point.throughput > 0 for point in result.points)
     lost = next(t for t in result.targets if t.name.startswith("lost"))
     assert lost.met, lost.measured  # every task ends, webhook or not
     row = result.table[-1]
-    assert row["tasks"] == images.COMPLETION_TASKS[True] and row["found by polling"] > 0
+    assert row["tasks"] == COMPLETION_TASKS[True] and row["found by polling"] > 0

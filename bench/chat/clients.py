@@ -1,0 +1,90 @@
+"""The client side of a chat load: one request through a route (`Probe`), an answer read to its end, and
+what a single latency cannot say (time to first content, streams open at once, cache hits, failures)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from bench.chat.routes import Route
+
+
+class AnswerError(Exception):
+    """An answer that is not a complete, error-free completion."""
+
+
+class Probe:
+    """Sends one kind of request through a route and records what a single latency cannot say."""
+
+    def __init__(self, client: aiohttp.ClientSession, route: Route) -> None:
+        self.client = client
+        self.route = route
+        self.url = f"{route.base_url}/chat/completions"
+        self.headers = dict(route.headers)
+        self.ttfts: list[float] = []  # seconds to the first content chunk, completed streams only
+        self.open = self.peak_open = self.hits = 0
+        self.failures: Counter[str] = Counter()
+
+    async def complete(self, index: int) -> int:
+        try:
+            async with self.client.post(self.url, json=self.route.body(stream=False), headers=self.headers) as response:
+                body = await response.read()
+                if response.status != 200:
+                    raise AnswerError(f"status {response.status}: {body[:200]!r}")
+        except Exception as exc:
+            self.failures[failure_reason(exc)] += 1
+            raise
+        self.hits += response.headers.get("x-cache") == "hit"
+        return 1
+
+    async def stream(self, index: int) -> int:
+        body = self.route.body(stream=True)
+        started = time.perf_counter()
+        try:
+            async with self.client.post(self.url, json=body, headers=self.headers) as response:
+                if response.status != 200:
+                    raise AnswerError(f"status {response.status}: {(await response.read())[:200]!r}")
+                self.open += 1
+                self.peak_open = max(self.peak_open, self.open)
+                try:
+                    ttft = await first_content_seconds(decoded_lines(response), started)
+                finally:
+                    self.open -= 1
+        except Exception as exc:
+            self.failures[failure_reason(exc)] += 1
+            raise
+        self.ttfts.append(ttft)
+        return 1
+
+
+async def decoded_lines(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
+    async for line in response.content:
+        yield line.decode("utf-8")
+
+
+async def first_content_seconds(lines: AsyncIterator[str], started: float) -> float:
+    """Read an SSE stream to [DONE]; the time from `started` to the first chunk with content."""
+    first: float | None = None
+    async for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            if first is None:
+                raise AnswerError("stream ended without content")
+            return first
+        chunk = json.loads(data)
+        if "error" in chunk:
+            raise AnswerError(f"error event: {str(chunk['error'])[:200]}")
+        if first is None and any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+            first = time.perf_counter() - started
+    raise AnswerError("stream ended without [DONE]")
+
+
+def failure_reason(exc: Exception) -> str:
+    """A failure's key in the notes' counts: its type and message, bounded."""
+    return f"{type(exc).__name__}: {exc}"[:160]
