@@ -29,7 +29,7 @@ def main() -> int:
 
     question = [{"role": "user", "content": "用一句话介绍 Triton 推理服务器。"}]
     started = time.perf_counter()
-    stream = client.chat.completions.create(model="hunyuan-turbos-latest", messages=question, stream=True)
+    stream = client.chat.completions.create(model="hy3-preview", messages=question, stream=True)
     first = None
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -38,7 +38,7 @@ def main() -> int:
     print(f"\nstreamed chat: first token after {first or 0:.2f} s, done after {time.perf_counter() - started:.2f} s")
 
     with httpx.Client(timeout=60) as http:
-        body = {"model": "hunyuan-turbos-latest", "messages": [{"role": "user", "content": "What is an embedding?"}]}
+        body = {"model": "hy3-preview", "messages": [{"role": "user", "content": "What is an embedding?"}]}
         for attempt in ("first", "repeat"):
             started = time.perf_counter()
             response = http.post(f"{GATEWAY}/v1/chat/completions", json=body)

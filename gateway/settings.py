@@ -176,13 +176,17 @@ class HunyuanQuotaSettings(BaseSettings):
 
 
 class HunyuanSettings(BaseSettings):
-    """Hunyuan, Tencent's OpenAI-compatible chat API, and the account's quota."""
+    """Tencent HY (Hunyuan) chat through Tencent TokenHub's OpenAI-compatible API, and the account's quota."""
 
     model_config = SettingsConfigDict(env_prefix="HUNYUAN_", frozen=True)
 
-    base_url: str = Field("https://api.hunyuan.cloud.tencent.com/v1", description="OpenAI-compatible base URL.")
+    base_url: str = Field(
+        "https://tokenhub.tencentmaas.com/v1",
+        description="OpenAI-compatible base URL: Tencent TokenHub (mainland); international accounts use "
+        "https://tokenhub-intl.tencentmaas.com/v1. The old Hunyuan endpoint was retired on 2026-09-30.",
+    )
     api_key: SecretStr | None = Field(
-        None, description="Hunyuan API key; unset: chat answers 503 naming this variable."
+        None, description="TokenHub API key (from TokenHub's console); unset: chat answers 503 naming this variable."
     )
     connect_timeout_seconds: float = Field(5.0, description="TCP/TLS connect deadline per attempt.")
     first_byte_timeout_seconds: float = Field(
@@ -203,7 +207,7 @@ class HunyuanSettings(BaseSettings):
     fallback_models: str = Field(
         "",
         description="Comma-separated 'model=fallback' pairs tried when the first choice's breaker is open or it fails "
-        "before the first byte, e.g. 'hunyuan-pro=hunyuan-standard'.",
+        "before the first byte, e.g. 'hy3-preview=deepseek-v4-flash'.",
     )
     breaker_failures: int = Field(5, description="Consecutive failures that open a model's circuit breaker.")
     breaker_reset_seconds: float = Field(

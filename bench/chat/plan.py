@@ -14,7 +14,7 @@ SIM_TTFT = 0.05  # seconds the simulator waits before the first token
 TTFT_TPS = 1000  # pieces per second of the TTFT simulator: answers end soon after their first token
 PROMPT = "question {:08d}"  # every prompt the same length, so every answer has the same number of pieces
 CACHED_INDEX = 99_999_999  # the one prompt repeated for exact-cache hits
-MODELS = {"ttft": "hunyuan-lite", "rps": "hunyuan-standard", "streams": "hunyuan-turbo"}  # one simulator each
+MODELS = {"ttft": "glm-5", "rps": "deepseek-v4-flash", "streams": "kimi-k2.5"}  # one simulator each
 TARGET_STREAMS = 1000
 TTFT_P50_MS, TTFT_P99_MS, RPS_VS_LITELLM = 2.0, 10.0, 3.0
 

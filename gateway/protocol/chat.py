@@ -19,7 +19,7 @@ class ChatCompletionRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(description="Upstream model, e.g. hunyuan-turbos-latest.")
+    model: str = Field(description="Upstream model, e.g. hy3-preview.")
     messages: list[ChatMessage] = Field(min_length=1, description="The conversation, oldest first.")
     stream: StrictBool = Field(False, description="Answer as server-sent events `data: {chunk}` ... `data: [DONE]`.")
     max_tokens: int | None = Field(

@@ -1,4 +1,4 @@
-"""How the simulated Hunyuan behaves: the models it serves and the faults it is told to inject."""
+"""How the simulated Hunyuan (TokenHub's OpenAI-compatible API) behaves: the models it serves and its faults."""
 
 from __future__ import annotations
 
@@ -6,17 +6,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+# TokenHub's chat models (its model list); the retired hunyuan-* names answer as unknown models there too.
 DEFAULT_MODELS = (
-    "hunyuan-turbos-latest",
-    "hunyuan-t1-latest",
-    "hunyuan-turbo",
-    "hunyuan-large",
-    "hunyuan-pro",
-    "hunyuan-standard",
-    "hunyuan-standard-256K",
-    "hunyuan-lite",
-    "hunyuan-role",
-    "hunyuan-functioncall",
+    "hy3-preview",
+    "hunyuan-2.0-thinking-20251109",
+    "hunyuan-2.0-instruct-20251111",
+    "hunyuan-role-latest",
+    "deepseek-v4-flash",
+    "deepseek-v4-pro",
+    "deepseek-v3.2",
+    "glm-5",
+    "glm-5.1",
+    "kimi-k2.5",
+    "kimi-k2.6",
+    "minimax-m2.5",
+    "minimax-m2.7",
 )
 
 Messages = list[dict[str, Any]]
@@ -25,7 +29,7 @@ ReplyFunction = Callable[[Messages], str]
 
 @dataclass
 class SimulatorConfig:
-    """How the simulated Hunyuan behaves. Mutable at run time: each request reads it when it arrives."""
+    """How the simulated TokenHub behaves. Mutable at run time: each request reads it when it arrives."""
 
     api_key: str | None = None  # the only accepted `Authorization: Bearer` key; None accepts any or none
     models: tuple[str, ...] = DEFAULT_MODELS  # other model names answer 400 model_not_found

@@ -10,7 +10,7 @@ from gateway.cache.semantic.simhash import simhash64, simhash_similarity
 def chat(text: str, **fields: Any) -> dict[str, Any]:
     """A chat request asking `text`; `earlier` (messages before it) and any other field may be given."""
     earlier = fields.pop("earlier", [])
-    body = {"model": "hunyuan-lite", "temperature": 0.2, "messages": [*earlier, {"role": "user", "content": text}]}
+    body = {"model": "glm-5", "temperature": 0.2, "messages": [*earlier, {"role": "user", "content": text}]}
     return body | fields
 
 

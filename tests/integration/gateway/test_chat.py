@@ -36,7 +36,7 @@ def chat_gateway(
 
 
 def ask(text: str, **extra: Any) -> dict[str, Any]:
-    return {"model": "hunyuan-turbos-latest", "messages": [{"role": "user", "content": text}], **extra}
+    return {"model": "hy3-preview", "messages": [{"role": "user", "content": text}], **extra}
 
 
 def sse_payloads(lines: Iterator[str]) -> list[str]:
@@ -110,7 +110,7 @@ def test_finished_streams_give_their_upstream_connection_back_to_the_pool(
     url = f"{base}/v1/chat/completions"
 
     def completion_tokens() -> float:  # the registry is per process: compare, do not read absolutes
-        line = 'gateway_llm_tokens_total{kind="completion",model="hunyuan-turbos-latest"} '
+        line = 'gateway_llm_tokens_total{kind="completion",model="hy3-preview"} '
         text = http.get(f"{base}/metrics").text
         return float(text.split(line)[1].split()[0]) if line in text else 0.0
 
@@ -221,14 +221,15 @@ def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
     assert http.post(url, json=ask("e")).status_code == 200
 
     fallback = gateway_factory(
-        triton.grpc_url, hunyuan=llm(hunyuan_simulator, max_retries=0, fallback_models="hunyuan-pro=hunyuan-standard")
+        triton.grpc_url,
+        hunyuan=llm(hunyuan_simulator, max_retries=0, fallback_models="deepseek-v4-pro=deepseek-v4-flash"),
     )
     hunyuan_simulator.config.fail_next = [500]
-    answer = http.post(f"{fallback.base_url}/v1/chat/completions", json={**ask("f"), "model": "hunyuan-pro"})
-    assert answer.status_code == 200 and answer.json()["model"] == "hunyuan-standard"
+    answer = http.post(f"{fallback.base_url}/v1/chat/completions", json={**ask("f"), "model": "deepseek-v4-pro"})
+    assert answer.status_code == 200 and answer.json()["model"] == "deepseek-v4-flash"
     # The fallback's answer is not cached for the requested model: once it answers, it is asked again.
-    again = http.post(f"{fallback.base_url}/v1/chat/completions", json={**ask("f"), "model": "hunyuan-pro"})
-    assert again.headers["x-cache"] == "miss" and again.json()["model"] == "hunyuan-pro"
+    again = http.post(f"{fallback.base_url}/v1/chat/completions", json={**ask("f"), "model": "deepseek-v4-pro"})
+    assert again.headers["x-cache"] == "miss" and again.json()["model"] == "deepseek-v4-pro"
 
 
 def test_a_probe_with_no_verdict_on_the_upstream_does_not_keep_the_model_shut(
@@ -255,8 +256,8 @@ def test_a_probe_with_no_verdict_on_the_upstream_does_not_keep_the_model_shut(
 @pytest.mark.parametrize(
     ("kwargs", "status", "message"),
     [
-        ({"json": {"model": "hunyuan-turbos-latest", "messages": []}}, 400, "messages"),
-        ({"json": {"model": "hunyuan-turbos-latest", "messages": [{"role": "wizard", "content": "hi"}]}}, 400, "role"),
+        ({"json": {"model": "hy3-preview", "messages": []}}, 400, "messages"),
+        ({"json": {"model": "hy3-preview", "messages": [{"role": "wizard", "content": "hi"}]}}, 400, "role"),
         ({"json": ask("x" * 250_000)}, 400, "the maximum is 200000"),
         ({"content": b'{"model": "x", "messages": [', "headers": {"content-type": "application/json"}}, 400, "JSON"),
         ({"json": {"messages": [{"role": "user", "content": "hi"}]}}, 400, "model"),
@@ -323,12 +324,10 @@ def test_openai_client_streams_and_non_streams_unchanged_with_split_utf8(
     hunyuan_simulator.config.split_utf8 = True
     hunyuan_simulator.config.reply = "你好，世界！这是一个多字节的回答。"
     with openai.OpenAI(base_url=f"{chat_gateway.base_url}/v1", api_key="unused") as client:
-        whole = client.chat.completions.create(
-            model="hunyuan-turbos-latest", messages=[{"role": "user", "content": "说中文"}]
-        )
+        whole = client.chat.completions.create(model="hy3-preview", messages=[{"role": "user", "content": "说中文"}])
         assert whole.choices[0].message.content == "你好，世界！这是一个多字节的回答。"
         stream = client.chat.completions.create(
-            model="hunyuan-turbos-latest", messages=[{"role": "user", "content": "再说一次"}], stream=True
+            model="hy3-preview", messages=[{"role": "user", "content": "再说一次"}], stream=True
         )
         pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
     assert len(pieces) > 2 and "".join(pieces) == "你好，世界！这是一个多字节的回答。"
@@ -423,8 +422,8 @@ def test_only_normally_finished_answers_are_cached_and_costs_are_counted(
     http.post(url, json=ask("complete answer"))
     assert http.post(url, json=ask("complete answer")).headers["x-cache"] == "hit"
     text = http.get(f"{chat_gateway.base_url}/metrics").text
-    assert 'gateway_llm_upstream_calls_total{model="hunyuan-turbos-latest"}' in text
-    assert 'gateway_llm_tokens_total{kind="completion",model="hunyuan-turbos-latest"}' in text
+    assert 'gateway_llm_upstream_calls_total{model="hy3-preview"}' in text
+    assert 'gateway_llm_tokens_total{kind="completion",model="hy3-preview"}' in text
     assert 'gateway_llm_calls_saved_total{layer="exact"}' in text
     assert 'gateway_llm_tokens_saved_total{layer="exact"}' in text
 

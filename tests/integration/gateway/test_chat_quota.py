@@ -70,7 +70,7 @@ def test_three_replicas_never_exceed_the_accounts_qps(
             calls = [
                 client.post(
                     f"{replicas[i % 3]}/v1/chat/completions",
-                    json={"model": "hunyuan-turbos-latest", "messages": [{"role": "user", "content": f"q{i}"}]},
+                    json={"model": "hy3-preview", "messages": [{"role": "user", "content": f"q{i}"}]},
                 )
                 for i in range(REQUESTS)
             ]

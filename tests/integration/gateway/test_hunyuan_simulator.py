@@ -21,7 +21,7 @@ from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 
 pytestmark = pytest.mark.slow
 
-MODEL = "hunyuan-turbos-latest"
+MODEL = "hy3-preview"
 PROMPT = "hello 世界"
 ANSWER = echo_reply([{"role": "user", "content": PROMPT}])
 
@@ -141,7 +141,7 @@ def test_models_are_listed(hunyuan_simulator: RunningHunyuanSimulator, http: htt
 
     assert response.status_code == 200
     assert response.json()["object"] == "list"
-    assert {"hunyuan-turbos-latest", "hunyuan-pro", "hunyuan-standard"} <= {m["id"] for m in response.json()["data"]}
+    assert {"hy3-preview", "deepseek-v4-pro", "deepseek-v4-flash"} <= {m["id"] for m in response.json()["data"]}
 
 
 def test_bad_requests_get_400(hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client) -> None:
@@ -156,6 +156,16 @@ def test_bad_requests_get_400(hunyuan_simulator: RunningHunyuanSimulator, http: 
 async def burst(url: str, count: int) -> list[httpx.Response]:
     async with httpx.AsyncClient(timeout=10) as client:
         return list(await asyncio.gather(*(client.post(url, json=chat_request()) for _ in range(count))))
+
+
+@pytest.mark.parametrize("retired", ["hunyuan-turbos-latest", "hunyuan-lite", "hunyuan-pro", "hunyuan-standard"])
+def test_retired_hunyuan_models_are_unknown_models(
+    retired: str, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+) -> None:
+    """TokenHub serves hy3-preview in place of the hunyuan-* models that went offline on 2026-06-22."""
+    url = f"{hunyuan_simulator.base_url}/chat/completions"
+    assert_error(http.post(url, json=chat_request(model=retired)), 400, "model_not_found")
+    assert http.post(url, json=chat_request()).status_code == 200
 
 
 def test_qps_quota_answers_429_with_retry_after(hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client) -> None:

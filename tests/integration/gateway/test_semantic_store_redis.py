@@ -39,7 +39,7 @@ OTHER_TOPIC = "How do I change the password of my bank account?"
 
 
 def chat(text: str, **fields: Any) -> dict[str, Any]:
-    return {"model": "hunyuan-lite", "temperature": 0.0, "messages": [{"role": "user", "content": text}]} | fields
+    return {"model": "glm-5", "temperature": 0.0, "messages": [{"role": "user", "content": text}]} | fields
 
 
 def errors(operation: str) -> float:
@@ -74,7 +74,7 @@ def test_hit_above_threshold_miss_below_and_in_other_contexts(make_store: StoreF
         assert hit is not None and hit.answer_key == exact_key(chat(QUESTION))
         assert hit.similarity == pytest.approx(0.953125)
         assert await index.lookup(chat(OTHER_TOPIC)) is None
-        assert await index.lookup(chat(PARAPHRASE, model="hunyuan-pro")) is None
+        assert await index.lookup(chat(PARAPHRASE, model="deepseek-v4-pro")) is None
         assert await index.lookup(chat(PARAPHRASE, temperature=0.7)) is None
 
     with_index(make_store, scenario)

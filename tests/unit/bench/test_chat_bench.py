@@ -53,11 +53,11 @@ def test_streams_are_held_only_when_every_run_completed_all_of_them_at_once() ->
 
 
 def test_litellm_config_maps_each_model_to_its_simulator_through_the_openai_provider() -> None:
-    config = json.loads(litellm_config({"hunyuan-lite": "http://127.0.0.1:1/v1"}, api_key="k"))
+    config = json.loads(litellm_config({"glm-5": "http://127.0.0.1:1/v1"}, api_key="k"))
     (entry,) = config["model_list"]
     assert entry == {
-        "model_name": "hunyuan-lite",
-        "litellm_params": {"model": "openai/hunyuan-lite", "api_base": "http://127.0.0.1:1/v1", "api_key": "k"},
+        "model_name": "glm-5",
+        "litellm_params": {"model": "openai/glm-5", "api_base": "http://127.0.0.1:1/v1", "api_key": "k"},
     }
     assert config["litellm_settings"]["num_retries"] == 0
 

@@ -27,7 +27,7 @@ def test_context_key_ignores_delivery_fields() -> None:
 @pytest.mark.parametrize(
     "other",
     [
-        chat("hi", model="hunyuan-pro"),
+        chat("hi", model="deepseek-v4-pro"),
         chat("hi", temperature=0.9),
         chat("hi", top_p=0.5),
         chat("hi", earlier=[{"role": "system", "content": "Answer in French."}]),
@@ -109,7 +109,7 @@ def test_neither_nor_is_one_negation() -> None:
 
 def test_plain_questions_keep_the_context_key_of_before_polarity() -> None:
     body = chat("How do I reset my password?")
-    canonical = {"messages": [{"role": "user"}], "model": "hunyuan-lite", "query_numbers": [], "temperature": 0.2}
+    canonical = {"messages": [{"role": "user"}], "model": "glm-5", "query_numbers": [], "temperature": 0.2}
     text = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     assert semantic_context_key(body) == hashlib.sha256(text.encode("utf-8")).hexdigest()
 

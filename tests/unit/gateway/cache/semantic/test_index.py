@@ -80,12 +80,10 @@ def test_miss_below_threshold_other_topic_or_other_context() -> None:
         return [
             await index.lookup(chat(q("pw", 0.65))),
             await index.lookup(chat(q("weather", 0.50))),
-            await index.lookup(chat(q("pw", 0.50), model="hunyuan-pro")),
+            await index.lookup(chat(q("pw", 0.50), model="deepseek-v4-pro")),
             await index.lookup(chat(q("pw", 0.50), temperature=1.0)),
             await index.lookup(chat(q("pw", 0.50), earlier=[{"role": "system", "content": "s"}])),
-            await index.lookup(
-                {"model": "hunyuan-lite", "messages": [{"role": "assistant", "content": q("pw", 0.50)}]}
-            ),
+            await index.lookup({"model": "glm-5", "messages": [{"role": "assistant", "content": q("pw", 0.50)}]}),
         ]
 
     assert with_index(scenario) == [None] * 6
@@ -115,9 +113,9 @@ def test_entries_per_context_are_bounded_newest_kept() -> None:
 def test_identical_query_is_added_once_per_context() -> None:
     async def scenario(index: SemanticIndex) -> tuple[int, int]:
         await remember(index, q("pw", 0.50), q("pw", 0.50), q("pw", 0.50))
-        await remember(index, q("pw", 0.50), model="hunyuan-pro")
+        await remember(index, q("pw", 0.50), model="deepseek-v4-pro")
         one = len(await index.store.entries(index.context(chat(q("pw", 0.50)))))
-        other = len(await index.store.entries(index.context(chat(q("pw", 0.50), model="hunyuan-pro"))))
+        other = len(await index.store.entries(index.context(chat(q("pw", 0.50), model="deepseek-v4-pro"))))
         return one, other
 
     assert with_index(scenario) == (1, 1)
