@@ -42,8 +42,10 @@ def _validated(body: dict[str, Any] | None, models: Sequence[str]) -> dict[str, 
     if not isinstance(model, str):
         raise SimulatedAPIError(400, f"model must be a string, got {model!r}")
     if model not in models:
+        # TokenHub refuses a model it does not serve (the retired hunyuan-* names among them) as an invalid
+        # parameter: 400 invalid_request_error.
         raise SimulatedAPIError(
-            400, f"model {model!r} is not supported; expected one of {list(models)}", "model_not_found"
+            400, f"invalid parameter 'model': model {model!r} does not exist or is not available", "model_not_found"
         )
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m for m in messages):

@@ -12,6 +12,7 @@ DEFAULT_MODELS = (
     "hunyuan-2.0-thinking-20251109",
     "hunyuan-2.0-instruct-20251111",
     "hunyuan-role-latest",
+    "hy-mt2-pro",
     "deepseek-v4-flash",
     "deepseek-v4-pro",
     "deepseek-v3.2",

@@ -158,13 +158,21 @@ async def burst(url: str, count: int) -> list[httpx.Response]:
         return list(await asyncio.gather(*(client.post(url, json=chat_request()) for _ in range(count))))
 
 
-@pytest.mark.parametrize("retired", ["hunyuan-turbos-latest", "hunyuan-lite", "hunyuan-pro", "hunyuan-standard"])
+# Retired names (Tencent's migration notice, cloud.tencent.com product 1729 doc 131925); hunyuan-role is the old
+# name of today's hunyuan-role-latest.
+@pytest.mark.parametrize("retired", ["hunyuan-t1-latest", "hunyuan-large", "hunyuan-functioncall", "hunyuan-role"])
 def test_retired_hunyuan_models_are_unknown_models(
     retired: str, hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
 ) -> None:
     """TokenHub serves hy3-preview in place of the hunyuan-* models that went offline on 2026-06-22."""
     url = f"{hunyuan_simulator.base_url}/chat/completions"
-    assert_error(http.post(url, json=chat_request(model=retired)), 400, "model_not_found")
+    response = http.post(url, json=chat_request(model=retired))
+
+    assert_error(response, 400, "model_not_found")
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["source"] == "client" and error["request_id"]
+    assert retired in error["message"]
+    assert retired not in {m["id"] for m in http.get(f"{hunyuan_simulator.base_url}/models").json()["data"]}
     assert http.post(url, json=chat_request()).status_code == 200
 
 
