@@ -15,7 +15,7 @@ class ChatMessage(BaseModel):
 
 
 class ChatCompletionRequest(BaseModel):
-    """Unknown fields (e.g. Hunyuan's `enable_enhancement`) are kept and sent upstream unchanged."""
+    """Unknown fields (e.g. `reasoning_effort` for hy3-preview) are kept and sent upstream unchanged."""
 
     model_config = ConfigDict(extra="allow")
 
