@@ -30,10 +30,11 @@ from gateway.grpc.server import create_grpc_server
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
-from gateway.routes import callbacks, chat, docs, embeddings, health, video
+from gateway.routes import callbacks, chat, docs, embeddings, health, models, video
 from gateway.services.chat import ChatService
 from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
+from gateway.services.models import ModelsService
 from gateway.services.video import VideoService
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_runner import VideoTaskRunner
@@ -188,6 +189,12 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             app.state.embeddings = service
             app.state.chat = await stack.enter_async_context(chat_service(settings, service))
             app.state.video = await stack.enter_async_context(video_service(settings))
+            app.state.models = ModelsService(
+                triton,
+                app.state.chat,
+                configured_chat_models=settings.hunyuan.configured_models(),
+                video_model=settings.video.model_path,
+            )
             grpc_server = create_grpc_server(
                 service,
                 verifier,
@@ -195,6 +202,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 port=settings.server.grpc_port,
                 chat=app.state.chat,
                 video=app.state.video,
+                models=app.state.models,
                 in_flight=in_flight,
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,
@@ -222,6 +230,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     install_error_handlers(app)
     embeddings.attach_router(app)
     chat.attach_router(app)
+    models.attach_router(app)
     video.attach_router(app)
     callbacks.attach_router(app)
     health.attach_router(app)

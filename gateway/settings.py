@@ -209,6 +209,11 @@ class HunyuanSettings(BaseSettings):
         description="Comma-separated 'model=fallback' pairs tried when the first choice's breaker is open or it fails "
         "before the first byte, e.g. 'hy3-preview=deepseek-v4-flash'.",
     )
+    models: str = Field(
+        "hy3-preview",
+        description="Comma-separated chat models that GET /v1/models lists (with the models named in "
+        "HUNYUAN_FALLBACK_MODELS) when the upstream cannot be asked: no key, an error, or an empty list.",
+    )
     breaker_failures: int = Field(5, description="Consecutive failures that open a model's circuit breaker.")
     breaker_reset_seconds: float = Field(
         30.0, description="How long an open breaker answers 503 before one probe call."
@@ -221,6 +226,13 @@ class HunyuanSettings(BaseSettings):
             model, _, fallback = pair.partition("=")
             chains.setdefault(model.strip(), []).append(fallback.strip())
         return chains
+
+    def configured_models(self) -> list[str]:
+        """HUNYUAN_MODELS, then every model HUNYUAN_FALLBACK_MODELS names, each once, in order."""
+        named = [m.strip() for m in self.models.split(",")]
+        for model, fallbacks in self.fallbacks().items():
+            named += [model, *fallbacks]
+        return list(dict.fromkeys(m for m in named if m))
 
 
 class SemanticCacheSettings(BaseSettings):

@@ -18,6 +18,8 @@ from gateway.grpc.servicer import (
     EmbeddingBackend,
     EmbeddingsServicer,
     ImagesServicer,
+    ModelsBackend,
+    ModelsServicer,
     VideoBackend,
 )
 from gateway.limits import InFlightLimit
@@ -25,6 +27,7 @@ from gateway.limits import InFlightLimit
 EMBEDDINGS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Embeddings"].full_name
 CHAT_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Chat"].full_name
 IMAGES_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Images"].full_name
+MODELS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Models"].full_name
 
 # The generated registration functions are untyped; these names give them the signatures mypy checks.
 _add_embeddings: Callable[[EmbeddingsServicer, grpc.aio.Server], None] = (
@@ -32,6 +35,7 @@ _add_embeddings: Callable[[EmbeddingsServicer, grpc.aio.Server], None] = (
 )
 _add_chat: Callable[[ChatServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ChatServicer_to_server
 _add_images: Callable[[ImagesServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ImagesServicer_to_server
+_add_models: Callable[[ModelsServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ModelsServicer_to_server
 
 
 @dataclass
@@ -69,6 +73,7 @@ def create_grpc_server(
     port: int,
     chat: ChatBackend | None = None,
     video: VideoBackend | None = None,
+    models: ModelsBackend | None = None,
     in_flight: InFlightLimit | None = None,
     watchers: InFlightLimit | None = None,
     timeout_seconds: float | None = None,
@@ -76,7 +81,7 @@ def create_grpc_server(
 ) -> GrpcServer:
     """Call inside the running event loop that will serve it; then `await GrpcServer.start()`.
 
-    Chat and Images are served only when their backend is given; health and reflection list what is served.
+    Chat, Images and Models are served only when their backend is given; health and reflection list what is served.
     `max_message_bytes` (REST's body limit) bounds a request message; gRPC's own default is 4 MiB.
     """
     options = [("grpc.max_receive_message_length", max_message_bytes)] if max_message_bytes else []
@@ -91,6 +96,9 @@ def create_grpc_server(
     if video is not None:
         _add_images(ImagesServicer(video), server)
         services.append(IMAGES_SERVICE)
+    if models is not None:
+        _add_models(ModelsServicer(models), server)
+        services.append(MODELS_SERVICE)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

@@ -17,6 +17,7 @@ from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest
 from gateway.services.chat import CacheResult
 from gateway.services.embeddings import EmbeddingResult
+from gateway.services.models import ListedModel
 from gateway.services.video import public_task
 from gateway.tasks.model import Task
 
@@ -223,3 +224,20 @@ def task_message(task: Task) -> pb.Task:
 def compact_json(value: Any) -> str:
     """JSON as the REST body writes it (pydantic: no spaces, non-ASCII kept)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class ModelsBackend(Protocol):
+    """What the gRPC front end needs from the model listing (`gateway.services.models`)."""
+
+    async def list_models(self) -> list[ListedModel]: ...
+
+
+class ModelsServicer:
+    """`gateway.v1.Models`: REST's GET /v1/models."""
+
+    def __init__(self, backend: ModelsBackend) -> None:
+        self._backend = backend
+
+    async def List(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext) -> pb.ModelList:
+        listed = await self._backend.list_models()
+        return pb.ModelList(data=[pb.Model(id=m.id, created=m.created, owned_by=m.owned_by) for m in listed])

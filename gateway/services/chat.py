@@ -102,6 +102,10 @@ class ChatService:
         self._streams[key] = shared
         return shared.follow(), CacheResult("miss")
 
+    async def upstream_models(self) -> list[dict[str, Any]]:
+        """The models the upstream lists (OpenAI's model entries); raises its UpstreamError (e.g. no key)."""
+        return await self._llm.models()
+
     def _forget_stream(self, key: str, shared: SharedStream) -> None:
         if self._streams.get(key) is shared:  # a newer stream of the same request may have taken the key
             del self._streams[key]

@@ -83,6 +83,7 @@ class LLMClient:
     def __init__(self, settings: HunyuanSettings) -> None:
         self._settings = settings
         self._url = settings.base_url.rstrip("/") + "/chat/completions"
+        self._models_url = settings.base_url.rstrip("/") + "/models"
         self._pool = PooledSession(
             max_connections=settings.max_connections,
             connect_seconds=settings.connect_timeout_seconds,
@@ -114,6 +115,30 @@ class LLMClient:
         if not isinstance(payload, dict):
             raise LLMUpstreamError("upstream answered a completion that is not a JSON object")
         return payload
+
+    async def models(self) -> list[dict[str, Any]]:
+        """The upstream's `GET /models` entries (OpenAI's `data`), in one attempt: a listing is not worth retrying."""
+        if self._settings.api_key is None:
+            raise LLMNotConfiguredError("chat is not configured: set HUNYUAN_API_KEY")
+        headers = {"Authorization": f"Bearer {self._settings.api_key.get_secret_value()}"}
+        try:
+            async with self._pool.get().get(self._models_url, headers=headers) as response:
+                if response.status >= 400:
+                    metrics.LLM_ERRORS.labels(reason=str(response.status)).inc()
+                    raise await _error_of(response, self._settings.api_key)
+                payload = json.loads(await response.read())
+        except TimeoutError as exc:
+            metrics.LLM_ERRORS.labels(reason="timeout").inc()
+            raise LLMTimeoutError("chat upstream did not answer in time") from exc
+        except aiohttp.ClientError as exc:
+            metrics.LLM_ERRORS.labels(reason="connection").inc()
+            raise LLMUnavailableError(f"chat upstream unreachable: {type(exc).__name__}") from exc
+        except ValueError as exc:
+            raise LLMUpstreamError("upstream answered a model list that is not JSON") from exc
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if not isinstance(data, list):
+            raise LLMUpstreamError("upstream answered a model list without a data array")
+        return [entry for entry in data if isinstance(entry, dict) and isinstance(entry.get("id"), str)]
 
     @asynccontextmanager
     async def stream(
