@@ -35,7 +35,7 @@ from gateway.errors import (  # noqa: E402
 )
 from gateway.grpc.pb.gateway.v1 import gateway_pb2_grpc  # noqa: E402
 from gateway.grpc.server import GrpcServer, create_grpc_server  # noqa: E402
-from gateway.grpc.servicer import VideoBackend  # noqa: E402
+from gateway.grpc.servicer import ModelsBackend, VideoBackend  # noqa: E402
 from gateway.limits import InFlightLimit  # noqa: E402
 from gateway.services.embeddings import EmbeddingResult  # noqa: E402
 
@@ -132,6 +132,10 @@ class Harness:
     def images(self) -> gateway_pb2_grpc.ImagesStub:
         return gateway_pb2_grpc.ImagesStub(self.channel)
 
+    @property
+    def models(self) -> gateway_pb2_grpc.ModelsStub:
+        return gateway_pb2_grpc.ModelsStub(self.channel)
+
 
 HarnessFactory = Callable[..., Harness]
 
@@ -146,8 +150,8 @@ def loop_thread() -> Iterator[LoopThread]:
 @pytest.fixture
 def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
     """Start servers (keys: the API keys, () for none; handlers: extra generic handlers; images: an image
-    backend, which also serves gateway.v1.Images; in_flight, timeout_seconds and max_message_bytes: the
-    process's limits);
+    backend, which also serves gateway.v1.Images; models: a model listing, which also serves gateway.v1.Models;
+    in_flight, timeout_seconds and max_message_bytes: the process's limits);
     all stop at teardown."""
     started: list[Harness] = []
 
@@ -162,6 +166,7 @@ def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
         keys: Sequence[str] = (API_KEY,),
         handlers: Sequence[Any] = (),
         images: VideoBackend | None = None,
+        models: ModelsBackend | None = None,
         in_flight: InFlightLimit | None = None,
         timeout_seconds: float | None = None,
         max_message_bytes: int | None = None,
@@ -169,6 +174,7 @@ def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
         backend = FakeBackend()
         options = {
             "video": images,
+            "models": models,
             "in_flight": in_flight,
             "timeout_seconds": timeout_seconds,
             "max_message_bytes": max_message_bytes,
