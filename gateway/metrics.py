@@ -60,7 +60,7 @@ LLM_CALLS = Counter("gateway_llm_upstream_calls_total", "Chat calls that reached
 LLM_ERRORS = Counter("gateway_llm_upstream_errors_total", "Failed chat upstream attempts by reason.", ["reason"])
 # reason: timeout | connection | stream_broken | <HTTP status>
 LLM_TOKENS = Counter("gateway_llm_tokens_total", "Tokens billed by the upstream.", ["model", "kind"])
-# kind: prompt | completion
+# kind: prompt | completion | reasoning (part of completion, as OpenAI counts it)
 LLM_SAVED_CALLS = Counter("gateway_llm_calls_saved_total", "Chat calls answered by a cache layer.", ["layer"])
 LLM_SAVED_TOKENS = Counter(
     "gateway_llm_tokens_saved_total", "Upstream tokens not spent thanks to a cache layer.", ["layer"]

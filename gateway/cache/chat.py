@@ -1,7 +1,10 @@
 """The exact prompt cache: a finished chat answer, keyed by the canonical request.
 
 A streamed answer is stored as its chunk sequence and replayed chunk by chunk;
-a non-streamed one as the completion. Either can answer either kind of request.
+a non-streamed one as the completion. Either can answer either kind of request,
+the reasoning (`reasoning_content`) included. The thinking switch and the reasoning
+effort are part of the request, so of the key: a reasoned answer never answers a
+request that turned reasoning off.
 Only answers that ended normally are stored (finish_reason stop or tool_calls).
 """
 
@@ -31,7 +34,11 @@ def exact_key(body: dict[str, Any]) -> str:
 
 
 def prompt_chars(body: dict[str, Any]) -> int:
-    return sum(len(json.dumps(m.get("content"), ensure_ascii=False)) for m in body.get("messages", []))
+    """Characters the upstream reads: each message's content and the reasoning an assistant turn passes back."""
+    return sum(
+        len(json.dumps(m.get("content"), ensure_ascii=False)) + len(str(m.get("reasoning_content") or ""))
+        for m in body.get("messages", [])
+    )
 
 
 @dataclass(frozen=True)
@@ -116,16 +123,20 @@ def chunks_to_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def completion_to_chunks(completion: dict[str, Any]) -> list[dict[str, Any]]:
-    """A completion as the chunk sequence a stream would have carried: the message, then the finish."""
+    """A completion as the chunk sequence a stream would have carried: the reasoning (if any), the message, then
+    the finish; the reasoning has its own chunk so that it comes before the answer, as it streams."""
     choice = completion["choices"][0]
     head = {k: completion.get(k) for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
     delta = {k: v for k, v in choice.get("message", {}).items() if v is not None}
     if "tool_calls" in delta:
         delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(delta["tool_calls"])]
+    deltas = [delta]
+    if reasoning := delta.pop("reasoning_content", None):
+        deltas = [{"role": delta.pop("role", "assistant"), "reasoning_content": reasoning}, delta]
     last = {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}]}
     if completion.get("usage"):
         last["usage"] = completion["usage"]
-    return [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}, last]
+    return [*({**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas), last]
 
 
 class ExactChatCache:

@@ -102,10 +102,12 @@ def first_error(exc: ValidationError) -> tuple[str, str]:
 def chat_chunk(chunk_json: str) -> pb.ChatChunk:
     chunk = json.loads(chunk_json)
     choice = (chunk.get("choices") or [{}])[0]
+    delta = choice.get("delta") or {}
     return pb.ChatChunk(
         chunk_json=chunk_json,
-        content=(choice.get("delta") or {}).get("content") or "",
+        content=delta.get("content") or "",
         finish_reason=choice.get("finish_reason") or "",
+        reasoning_content=delta.get("reasoning_content") or "",
     )
 
 

@@ -6,6 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+# OpenAI's reasoning efforts; TokenHub documents high and low for hy3-preview, other models take others.
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -14,8 +17,16 @@ class ChatMessage(BaseModel):
     content: str | list[dict[str, Any]] | None = None
 
 
+class ThinkingSwitch(BaseModel):
+    """TokenHub's thinking switch; other fields (e.g. a vendor's budget) pass through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["enabled", "disabled"] = Field(description="'enabled': the model reasons before it answers.")
+
+
 class ChatCompletionRequest(BaseModel):
-    """Unknown fields (e.g. `reasoning_effort` for hy3-preview) are kept and sent upstream unchanged."""
+    """Unknown fields are kept and sent upstream unchanged."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -26,5 +37,14 @@ class ChatCompletionRequest(BaseModel):
         None,
         ge=1,
         strict=True,
-        description="Most tokens the answer may have; the quota reserves this many for it (512 when unset).",
+        description="Most tokens the answer (reasoning included) may have; the quota reserves this many for it "
+        "(512 when unset, 2048 when reasoning is asked for).",
+    )
+    thinking: ThinkingSwitch | None = Field(
+        None,
+        description='TokenHub\'s thinking switch, e.g. {"type": "enabled"}; unset: the model\'s default '
+        "(disabled for hy3-preview). The reasoning streams as `reasoning_content` before the answer.",
+    )
+    reasoning_effort: ReasoningEffort | None = Field(
+        None, description="How much the model reasons (hy3-preview: high or low); passed through."
     )

@@ -29,6 +29,8 @@ from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.llm import LLMClient
 
 ChatCacheOutcome = Literal["hit", "miss", "semantic"]
+DEFAULT_ANSWER_BUDGET = 512  # tokens reserved for an answer without max_tokens
+REASONING_ANSWER_BUDGET = 2048  # ... when it reasons first (TokenHub advises max_tokens >= 2048 for thinking)
 
 
 @dataclass(frozen=True)
@@ -229,15 +231,22 @@ class ChatService:
 
 
 def account_usage(model: str, usage: dict[str, Any], slot: Slot) -> None:
-    """Count the billed tokens and settle the quota's token estimate with them. An answer without usage
-    (an OpenAI-style stream sends it only when asked) keeps its estimate charged, rather than none."""
+    """Count the billed tokens and settle the quota's token estimate with them, reasoning included. An answer
+    without usage (an OpenAI-style stream sends it only when asked) keeps its estimate charged, rather than none."""
     prompt, completion = _token_count(usage, "prompt_tokens"), _token_count(usage, "completion_tokens")
     if prompt is None and completion is None:
         return
     prompt, completion = prompt or 0, completion or 0
+    details = usage.get("completion_tokens_details")
+    reasoning = _token_count(details, "reasoning_tokens") if isinstance(details, dict) else None
     metrics.LLM_TOKENS.labels(model=model, kind="prompt").inc(prompt)
     metrics.LLM_TOKENS.labels(model=model, kind="completion").inc(completion)
-    slot.settle(prompt + completion)
+    if reasoning:
+        metrics.LLM_TOKENS.labels(model=model, kind="reasoning").inc(reasoning)
+    # OpenAI counts reasoning inside completion_tokens; an upstream that reports it beside them (a larger
+    # reasoning count, or a larger total) is charged the larger figure, so thinking never escapes the budget.
+    billed = prompt + max(completion, reasoning or 0)
+    slot.settle(max(billed, _token_count(usage, "total_tokens") or 0))
 
 
 def _nothing_billed(slot: Slot | None, error: BaseException) -> None:
@@ -253,8 +262,20 @@ def _token_count(usage: dict[str, Any], name: str) -> int | None:
 
 
 def estimate_tokens(body: dict[str, Any]) -> int:
-    """What a call may cost before it is made: prompt characters / 4 plus the answer budget."""
-    return math.ceil(prompt_chars(body) / 4) + int(body.get("max_tokens") or 512)
+    """What a call may cost before it is made: prompt characters / 4 plus the answer budget (`max_tokens` or
+    `max_completion_tokens`; unset: 512, or 2048 when reasoning is asked for, TokenHub's advice for thinking)."""
+    budget = body.get("max_tokens") or body.get("max_completion_tokens")
+    if not isinstance(budget, int) or budget < 1:
+        budget = REASONING_ANSWER_BUDGET if reasoning_requested(body) else DEFAULT_ANSWER_BUDGET
+    return math.ceil(prompt_chars(body) / 4) + budget
+
+
+def reasoning_requested(body: dict[str, Any]) -> bool:
+    """Whether the request turns reasoning on: the thinking switch enabled, or an effort other than none."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled"):
+        return bool(thinking["type"] == "enabled")
+    return body.get("reasoning_effort") not in (None, "none")
 
 
 async def _replay(answer: ChatAnswer) -> AsyncGenerator[list[str], None]:

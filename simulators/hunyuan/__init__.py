@@ -5,7 +5,10 @@ It speaks the real protocol: `POST /v1/chat/completions` answers an OpenAI `chat
 or with `"stream": true` server-sent events `data: {chat.completion.chunk}` ending in `data: [DONE]`;
 `GET /v1/models` lists TokenHub's models (`hy3-preview`, ...; any other name, the retired `hunyuan-*` ones
 included, answers 400 `model_not_found`); errors are TokenHub's bodies, `{"error": {"message", "type",
-"code", "source", "request_id"}}`, 429 and 503 with `Retry-After`. On request it misbehaves the way the real
+"code", "source", "request_id"}}`, 429 and 503 with `Retry-After`. Reasoning models think first, as
+TokenHub documents (thinking switch `{"thinking": {"type": "enabled"}}`; hy3-preview's default is off): the
+stream carries `delta.reasoning_content` pieces before the content, the completion `message.reasoning_content`,
+the usage `completion_tokens_details.reasoning_tokens`. On request it misbehaves the way the real
 service does: time to first token, token pacing, a per-second quota, a concurrency limit, random or scripted
 failures before the first byte, streams cut off without `[DONE]`, and UTF-8 characters split across two
 network writes.
@@ -26,7 +29,7 @@ from __future__ import annotations
 from simulators.hunyuan.app import create_hunyuan_simulator
 from simulators.hunyuan.config import DEFAULT_MODELS, Messages, ReplyFunction, SimulatorConfig
 from simulators.hunyuan.errors import SimulatedAPIError
-from simulators.hunyuan.replies import PIECE_SIZES, echo_reply, prompt_tokens, split_pieces
+from simulators.hunyuan.replies import PIECE_SIZES, echo_reply, prompt_tokens, reasoning_reply, split_pieces, thinks
 from simulators.hunyuan.stats import SimulatorStats
 
 __all__ = [
@@ -40,5 +43,7 @@ __all__ = [
     "create_hunyuan_simulator",
     "echo_reply",
     "prompt_tokens",
+    "reasoning_reply",
     "split_pieces",
+    "thinks",
 ]

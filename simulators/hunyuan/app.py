@@ -55,6 +55,12 @@ def _validated(body: dict[str, Any] | None, models: Sequence[str]) -> dict[str, 
     max_tokens = body.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise SimulatedAPIError(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
+    thinking = body.get("thinking")
+    if thinking is not None and (not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled")):
+        message = f"invalid parameter 'thinking': type must be enabled or disabled, got {thinking!r}"
+        raise SimulatedAPIError(400, message)
+    if not isinstance(body.get("reasoning_effort", ""), str):
+        raise SimulatedAPIError(400, f"reasoning_effort must be a string, got {body['reasoning_effort']!r}")
     return body
 
 

@@ -24,6 +24,13 @@ DEFAULT_MODELS = (
     "minimax-m2.7",
 )
 
+# Who thinks before answering (TokenHub's "深度思考" page, cloud.tencent.com product 1823 doc 131208): the
+# `thinking` switch ({"type": "enabled" | "disabled"}) turns it on or off; without it, THINKING_BY_DEFAULT think,
+# hy3-preview and deepseek-v3.2 do not. ALWAYS_THINKING cannot be switched off; the other models never think.
+THINKING_BY_DEFAULT = frozenset({"deepseek-v4-flash", "deepseek-v4-pro", "glm-5", "glm-5.1", "kimi-k2.5", "kimi-k2.6"})
+ALWAYS_THINKING = frozenset({"hunyuan-2.0-thinking-20251109", "minimax-m2.5", "minimax-m2.7"})
+SWITCHABLE_THINKING = THINKING_BY_DEFAULT | {"hy3-preview", "deepseek-v3.2"}
+
 Messages = list[dict[str, Any]]
 ReplyFunction = Callable[[Messages], str]
 
@@ -46,4 +53,5 @@ class SimulatorConfig:
     split_utf8: bool = False  # split each multi-byte character's bytes across two network writes
     split_pause_seconds: float = 0.02  # pause between the two halves, so the client reads them separately
     reply: str | ReplyFunction | None = None  # fixed text or messages -> text; None: echo of the last user message
+    reasoning: str | ReplyFunction | None = None  # a thinking answer's thoughts, as `reply`; None: a fixed one
     finish_reason: str | None = None  # overrides "stop" / "length"

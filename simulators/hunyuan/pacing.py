@@ -48,7 +48,7 @@ async def events(answer: Answer, config: SimulatorConfig) -> AsyncGenerator[byte
     for index, chunk in enumerate(answer.chunks()):
         if drop_after is not None and index >= drop_after:
             raise _StreamDroppedError
-        if 1 < index <= len(answer.pieces):
+        if 1 < index <= answer.piece_count:
             await asyncio.sleep(_piece_seconds(config))
         for part, write in enumerate(_writes(_sse(chunk), config.split_utf8)):
             if part:  # let the first half reach the client on its own
@@ -90,7 +90,7 @@ class SimulatedStream(StreamingResponse):
 async def complete(answer: Answer, config: SimulatorConfig, stats: SimulatorStats) -> JSONResponse:
     """A non-streaming answer arrives when a stream of it would have ended."""
     try:
-        await asyncio.sleep(config.ttft_seconds + _piece_seconds(config) * max(len(answer.pieces) - 1, 0))
+        await asyncio.sleep(config.ttft_seconds + _piece_seconds(config) * max(answer.piece_count - 1, 0))
     finally:
         stats.in_flight -= 1
     return JSONResponse(answer.completion())

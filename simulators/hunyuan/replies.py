@@ -1,15 +1,23 @@
-"""What the simulated Hunyuan answers: the reply text cut into pieces (its tokens), rendered as an OpenAI
-`chat.completion` or as `chat.completion.chunk`s, with usage counted the simulator's way."""
+"""What the simulated Hunyuan answers: the reply text cut into pieces (its tokens), after the reasoning's pieces
+when the model thinks, rendered as an OpenAI `chat.completion` (`message.reasoning_content`) or as
+`chat.completion.chunk`s (`delta.reasoning_content` first), with usage counted the simulator's way."""
 
 from __future__ import annotations
 
 import math
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from simulators.hunyuan.config import Messages, SimulatorConfig
+from simulators.hunyuan.config import (
+    ALWAYS_THINKING,
+    SWITCHABLE_THINKING,
+    THINKING_BY_DEFAULT,
+    Messages,
+    ReplyFunction,
+    SimulatorConfig,
+)
 
 PIECE_SIZES = (1, 2, 3)  # characters per content piece, cycled: the simulator's "tokens"
 
@@ -27,6 +35,26 @@ def echo_reply(messages: Messages) -> str:
     """The default answer: an echo of the last user message, then some Chinese (multi-byte in UTF-8)."""
     last = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
     return f"Echo: {last}\n你好！这是混元模拟器的回答。"
+
+
+def reasoning_reply(messages: Messages) -> str:
+    """The default thoughts of a thinking answer: about the last user message, in English and Chinese."""
+    last = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    return f"The user asks: {last}. 先想一想，再回答。"
+
+
+def thinks(body: dict[str, Any]) -> bool:
+    """Whether the model reasons before answering this request: its thinking switch, else a reasoning effort
+    other than none (hy3-preview's slow thinking), else the model's default."""
+    model = body["model"]
+    if model in ALWAYS_THINKING or model not in SWITCHABLE_THINKING:
+        return model in ALWAYS_THINKING
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict):
+        return bool(thinking.get("type") == "enabled")
+    if (effort := body.get("reasoning_effort")) is not None:
+        return bool(effort != "none")
+    return model in THINKING_BY_DEFAULT
 
 
 def split_pieces(text: str) -> list[str]:
@@ -55,26 +83,39 @@ class Answer:
     pieces: list[str]
     finish_reason: str
     prompt_tokens: int
+    reasoning: list[str] = field(default_factory=list)  # the thoughts' pieces, generated before `pieces`
 
     @property
-    def usage(self) -> dict[str, int]:
-        completion = len(self.pieces)
-        return {
+    def piece_count(self) -> int:
+        """Pieces generated: reasoning and answer."""
+        return len(self.reasoning) + len(self.pieces)
+
+    @property
+    def usage(self) -> dict[str, Any]:
+        """OpenAI's usage: completion tokens count the reasoning too, detailed in `completion_tokens_details`."""
+        usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": self.prompt_tokens + completion,
+            "completion_tokens": self.piece_count,
+            "total_tokens": self.prompt_tokens + self.piece_count,
         }
+        if self.reasoning:
+            usage["completion_tokens_details"] = {"reasoning_tokens": len(self.reasoning)}
+        return usage
 
     def completion(self) -> dict[str, Any]:
         message = {"role": "assistant", "content": "".join(self.pieces)}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
         choice = {"index": 0, "message": message, "finish_reason": self.finish_reason}
         return {**self._envelope("chat.completion"), "choices": [choice], "usage": self.usage}
 
     def chunks(self) -> list[dict[str, Any]]:
-        """The role chunk, one chunk per content piece, and the last chunk with finish_reason and usage."""
+        """The role chunk, one chunk per reasoning piece, one per content piece, and the last chunk with
+        finish_reason and usage."""
         first = self._chunk({"role": "assistant", "content": ""}, None)
+        thoughts = [self._chunk({"reasoning_content": piece}, None) for piece in self.reasoning]
         last = {**self._chunk({}, self.finish_reason), "usage": self.usage}
-        return [first, *(self._chunk({"content": piece}, None) for piece in self.pieces), last]
+        return [first, *thoughts, *(self._chunk({"content": piece}, None) for piece in self.pieces), last]
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
@@ -85,14 +126,16 @@ class Answer:
 
 
 def answer(body: dict[str, Any], config: SimulatorConfig) -> Answer:
-    """The answer to a validated chat completion request: the configured reply, cut at `max_tokens`."""
+    """The answer to a validated chat completion request: the reasoning (if the model thinks) and the configured
+    reply, cut at `max_tokens` (which, as OpenAI counts, covers both)."""
     messages: Messages = body["messages"]
-    reply = config.reply if config.reply is not None else echo_reply
-    pieces = split_pieces(reply if isinstance(reply, str) else reply(messages))
+    reasoning = _pieces(config.reasoning or reasoning_reply, messages) if thinks(body) else []
+    pieces = _pieces(config.reply if config.reply is not None else echo_reply, messages)
     max_tokens = body.get("max_tokens")
     finish_reason = "stop"
-    if max_tokens is not None and len(pieces) > max_tokens:
-        pieces, finish_reason = pieces[:max_tokens], "length"
+    if max_tokens is not None and len(reasoning) + len(pieces) > max_tokens:
+        reasoning, pieces = reasoning[:max_tokens], pieces[: max(max_tokens - len(reasoning), 0)]
+        finish_reason = "length"
     return Answer(
         id=uuid.uuid4().hex,
         created=int(time.time()),
@@ -100,4 +143,9 @@ def answer(body: dict[str, Any], config: SimulatorConfig) -> Answer:
         pieces=pieces,
         finish_reason=config.finish_reason or finish_reason,
         prompt_tokens=prompt_tokens(messages),
+        reasoning=reasoning,
     )
+
+
+def _pieces(text: str | ReplyFunction, messages: Messages) -> list[str]:
+    return split_pieces(text if isinstance(text, str) else text(messages))

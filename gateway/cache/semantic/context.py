@@ -1,8 +1,9 @@
 """What makes two chat requests comparable: the question (the last user text) and its context.
 
 Two requests share a *context* when everything but the last user message's text is
-identical (model, sampling parameters, every earlier turn; delivery fields aside), so
-a multi-turn conversation only matches when all its earlier turns match; and when that
+identical (model, sampling parameters, thinking switch, every earlier turn but its reasoning;
+delivery fields aside), so a multi-turn conversation only matches when all its earlier turns
+match; and when that
 text has the same numbers in the same order: "what is 12345 * 6789?" and "... 6788?" are
 near-identical texts and different questions; and the same polarity, so "how do I enable X?"
 never answers "how do I not enable X?" (`query_negated`).
@@ -17,6 +18,9 @@ from typing import Any
 
 from gateway.cache.chat import DELIVERY_FIELDS
 
+# What an assistant turn may carry besides its answer: its reasoning, which TokenHub asks to be passed back in
+# tool-calling turns. The thinking switch and the effort (request fields) stay in the context.
+REASONING_FIELDS = frozenset({"reasoning_content"})
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _THOUSANDS = re.compile(r",(?=\d{3}(?!\d))")  # "1,500" is 1500; "1,2" (a list, or a decimal comma) is not 12
 # Polarity is the parity of negations: "not X" matches "never X", and "不得不" (must) is not negated. "nor" only
@@ -54,10 +58,12 @@ def semantic_query(body: dict[str, Any]) -> str | None:
 
 def semantic_context_key(body: dict[str, Any]) -> str:
     """SHA-256 (hex) of the canonical request without the last user message's text (but with its numbers and,
-    when negated, its polarity) and the delivery fields."""
+    when negated, its polarity), the delivery fields and the reasoning earlier assistant turns pass back (a
+    model's thoughts vary from run to run; the conversation is what it said)."""
     canonical = {k: v for k, v in body.items() if k not in DELIVERY_FIELDS}
     if (query := semantic_query(body)) is not None:
         *earlier, last = body["messages"]
+        earlier = [{k: v for k, v in turn.items() if k not in REASONING_FIELDS} for turn in earlier]
         canonical["messages"] = [*earlier, {k: v for k, v in last.items() if k != "content"}]
         canonical["query_numbers"] = query_numbers(query)
         if query_negated(query):  # only then: a plain question keeps the key it had before polarity was added
