@@ -1,5 +1,6 @@
 """The client side of a chat load: one request through a route (`Probe`), an answer read to its end, and
-what a single latency cannot say (time to first content, streams open at once, cache hits, failures)."""
+what a single latency cannot say (time to first byte and to the first answer token, streams open at once,
+cache hits, failures)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 import aiohttp
 
@@ -17,6 +19,14 @@ class AnswerError(Exception):
     """An answer that is not a complete, error-free completion."""
 
 
+class StreamTimes(NamedTuple):
+    """Seconds from sending a streamed request to its first event (the first byte of the body: the role chunk,
+    before any reasoning) and to its first answer token (the first content; a reasoning model thinks first)."""
+
+    first_byte: float
+    first_answer: float
+
+
 class Probe:
     """Sends one kind of request through a route and records what a single latency cannot say."""
 
@@ -25,6 +35,7 @@ class Probe:
         self.route = route
         self.url = f"{route.base_url}/chat/completions"
         self.headers = dict(route.headers)
+        self.ttfbs: list[float] = []  # seconds to the first event, completed streams only
         self.ttfts: list[float] = []  # seconds to the first content chunk, completed streams only
         self.open = self.peak_open = self.hits = 0
         self.failures: Counter[str] = Counter()
@@ -51,13 +62,14 @@ class Probe:
                 self.open += 1
                 self.peak_open = max(self.peak_open, self.open)
                 try:
-                    ttft = await first_content_seconds(decoded_lines(response), started)
+                    times = await stream_times(decoded_lines(response), started)
                 finally:
                     self.open -= 1
         except Exception as exc:
             self.failures[failure_reason(exc)] += 1
             raise
-        self.ttfts.append(ttft)
+        self.ttfbs.append(times.first_byte)
+        self.ttfts.append(times.first_answer)
         return 1
 
 
@@ -66,22 +78,25 @@ async def decoded_lines(response: aiohttp.ClientResponse) -> AsyncIterator[str]:
         yield line.decode("utf-8")
 
 
-async def first_content_seconds(lines: AsyncIterator[str], started: float) -> float:
-    """Read an SSE stream to [DONE]; the time from `started` to the first chunk with content."""
-    first: float | None = None
+async def stream_times(lines: AsyncIterator[str], started: float) -> StreamTimes:
+    """Read an SSE stream to [DONE]; the times from `started` to the first event and to the first content."""
+    first_byte: float | None = None
+    first_answer: float | None = None
     async for line in lines:
         if not line.startswith("data:"):
             continue
+        if first_byte is None:
+            first_byte = time.perf_counter() - started
         data = line[5:].strip()
         if data == "[DONE]":
-            if first is None:
+            if first_answer is None:
                 raise AnswerError("stream ended without content")
-            return first
+            return StreamTimes(first_byte, first_answer)
         chunk = json.loads(data)
         if "error" in chunk:
             raise AnswerError(f"error event: {str(chunk['error'])[:200]}")
-        if first is None and any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
-            first = time.perf_counter() - started
+        if first_answer is None and any(c.get("delta", {}).get("content") for c in chunk.get("choices", [])):
+            first_answer = time.perf_counter() - started
     raise AnswerError("stream ended without [DONE]")
 
 

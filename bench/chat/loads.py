@@ -29,6 +29,10 @@ class Sample:
     upstream_cpu: float = 0.0
     counts: dict[str, float] = field(default_factory=dict)
     failures: Counter[str] = field(default_factory=Counter)
+    first_byte: list[float] = field(default_factory=list)  # streams: seconds to the first event, per request
+
+    def first_byte_stats(self) -> RunStats:
+        return RunStats(self.stats.elapsed, self.first_byte)
 
 
 Results = dict[int, dict[str, list[Sample]]]  # concurrency -> system -> one sample per round
@@ -44,10 +48,12 @@ async def measured(route: Route, load: Awaitable[RunStats], probe: Probe) -> Sam
 
 
 async def stream_run(client: aiohttp.ClientSession, route: Route, total: int, concurrency: int) -> Sample:
-    """Streamed requests; the sample's latencies are times to first content, of completed streams only."""
+    """Streamed requests; the sample's latencies are times to the first answer token (content), its
+    `first_byte` times to the first event, of completed streams only."""
     probe = Probe(client, route)
     sample = await measured(route, closed_loop(probe.stream, total=total, concurrency=concurrency), probe)
     sample.stats = replace(sample.stats, latencies=probe.ttfts)
+    sample.first_byte = probe.ttfbs
     sample.counts = {"opened": total, "completed": len(probe.ttfts), "peak_open": probe.peak_open}
     return sample
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from simulators.hunyuan import echo_reply, split_pieces
+from simulators.hunyuan import echo_reply, reasoning_reply, split_pieces
 
 PART = "chat"
 API_KEY = "sk-bench-" + secrets.token_hex(24)  # the gateway's and LiteLLM's client key this session
@@ -14,7 +14,8 @@ SIM_TTFT = 0.05  # seconds the simulator waits before the first token
 TTFT_TPS = 1000  # pieces per second of the TTFT simulator: answers end soon after their first token
 PROMPT = "question {:08d}"  # every prompt the same length, so every answer has the same number of pieces
 CACHED_INDEX = 99_999_999  # the one prompt repeated for exact-cache hits
-MODELS = {"ttft": "glm-5", "rps": "deepseek-v4-flash", "streams": "kimi-k2.5"}  # one simulator each
+# One simulator each; all three think by default (TokenHub's thinking switch table), so streams carry reasoning.
+MODELS = {"ttft": "glm-5", "rps": "deepseek-v4-flash", "streams": "kimi-k2.5"}
 TARGET_STREAMS = 1000
 TTFT_P50_MS, TTFT_P99_MS, RPS_VS_LITELLM = 2.0, 10.0, 3.0
 
@@ -41,9 +42,14 @@ QUICK = Plan(1, (1, 4), (1, 8), 1.0, 20, rps_seconds=0.5, streams=50, stream_sec
 
 
 def stream_tps(seconds: float, ttft: float = SIM_TTFT) -> float:
-    """Simulator pieces per second so that a streamed answer to PROMPT lasts `seconds`."""
-    pieces = len(split_pieces(echo_reply([{"role": "user", "content": PROMPT.format(0)}])))
-    return (pieces - 1) / max(seconds - ttft, 0.1)
+    """Simulator pieces per second so that a streamed answer to PROMPT, its reasoning first, lasts `seconds`."""
+    return (answer_pieces() - 1) / max(seconds - ttft, 0.1)
+
+
+def answer_pieces() -> int:
+    """The simulator's pieces (tokens) in a reasoning model's streamed answer to PROMPT: thoughts and answer."""
+    messages = [{"role": "user", "content": PROMPT.format(0)}]
+    return len(split_pieces(reasoning_reply(messages))) + len(split_pieces(echo_reply(messages)))
 
 
 def run_size(rate: float, seconds: float, concurrency: int, minimum: int = 0) -> int:

@@ -53,6 +53,14 @@ def point(system: str, x: float, samples: Sequence[Sample], reference: Sequence[
         "ratio_to_reference": ratio(result.throughput, median([r.requests_per_second for r in reference_stats])),
     }
     result.extra |= {key: median([s.counts[key] for s in samples]) for key in samples[0].counts}
+    if all(s.first_byte for s in [*samples, *reference]):  # streams: the first byte too, beside the first answer
+        first, reference_first = [s.first_byte_stats() for s in samples], [s.first_byte_stats() for s in reference]
+        result.extra |= {
+            "ttfb_p50_ms": median([run.p(50) for run in first]),
+            "ttfb_p99_ms": median([run.p(99) for run in first]),
+            "added_ttfb_p50_ms": added_ms(first, reference_first, 50),
+            "added_ttfb_p99_ms": added_ms(first, reference_first, 99),
+        }
     return result
 
 
@@ -84,6 +92,9 @@ def rows(measurement: str, points: Sequence[Point], *, versus_litellm: bool = Fa
         row |= {"proxy CPU ms/req": extra["proxy_cpu_ms_per_request"] if proxy else None}
         row |= {"simulator CPU %": extra["simulator_cpu_percent"], "client CPU %": extra["client_cpu_percent"]}
         row |= {"errors": int(extra["errors"])}
+        if "ttfb_p50_ms" in extra:
+            row |= {"TTFB p50 ms": extra["ttfb_p50_ms"], "TTFB p99 ms": extra["ttfb_p99_ms"]}
+            row |= {"added TTFB p50 ms": extra["added_ttfb_p50_ms"], "added TTFB p99 ms": extra["added_ttfb_p99_ms"]}
         if "opened" in extra:
             row |= {
                 "completed": f"{extra['completed']:.0f}/{extra['opened']:.0f}",
@@ -163,9 +174,11 @@ def plan_notes(plan: Plan) -> list[str]:
         f"{plan.runs} round(s); each runs every system once, the order rotated per round; figures are medians "
         "over rounds. Added p50 (p99) = a system's p50 (p99) minus the bare simulator's of the same round; "
         "'x bare' = requests/s relative to the bare simulator.",
-        f"TTFT rows: streamed requests, p50/p99 = time to the first content chunk; simulator TTFT "
-        f"{SIM_TTFT * 1000:.0f} ms, {TTFT_TPS} pieces/s. Completions rows: non-streamed, whole-request latency, "
-        "simulator unpaced (TTFT 0), every prompt unique except for the exact-cache-hit series.",
+        f"TTFT rows: streamed requests of a reasoning model (it thinks by default: reasoning_content pieces, "
+        "then the answer), p50/p99 = time to the first answer token (content chunk); TTFB = time to the first "
+        f"event (the role chunk, before the reasoning); simulator TTFT {SIM_TTFT * 1000:.0f} ms, {TTFT_TPS} "
+        "pieces/s. Completions rows: non-streamed, whole-request latency, simulator unpaced (TTFT 0), every "
+        "prompt unique except for the exact-cache-hit series.",
         f"Streams at once: {plan.streams} streams opened together per system and round, simulator TTFT "
         f"{SIM_TTFT * 1000:.0f} ms and {stream_tps(plan.stream_seconds):.2f} pieces/s, so each lasts about "
         f"{plan.stream_seconds:g} s; 'completed' = ended with [DONE] and no error event, 'peak open' = "

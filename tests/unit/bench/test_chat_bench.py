@@ -6,20 +6,33 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from bench.chat import run
-from bench.chat.clients import AnswerError, first_content_seconds
+from bench.chat.clients import AnswerError, stream_times
 from bench.chat.litellm import litellm_config
 from bench.chat.loads import Sample
-from bench.chat.plan import BARE, CACHED, GATEWAY, LITELLM, PROMPT, QUICK, SIM_TTFT, run_size, stream_tps
+from bench.chat.plan import (
+    BARE,
+    CACHED,
+    GATEWAY,
+    LITELLM,
+    MODELS,
+    PROMPT,
+    QUICK,
+    SIM_TTFT,
+    answer_pieces,
+    run_size,
+    stream_tps,
+)
 from bench.chat.report import added_ms, at_least_times, at_most, rows, rps_target, series, streams_target, ttft_targets
 from bench.chat.servers import gateway_env
 from bench.run_stats import RunStats
-from simulators.hunyuan import echo_reply, split_pieces
+from simulators.hunyuan import echo_reply, reasoning_reply, split_pieces, thinks
 
 
 def stats(*latencies_ms: float, elapsed: float = 1.0) -> RunStats:
@@ -70,9 +83,15 @@ def test_gateway_env_lifts_every_limit_above_the_load_and_switches_only_the_exac
     assert uncached["CHAT_SEMANTIC_MATCHER"] == cached["CHAT_SEMANTIC_MATCHER"] == "off"
 
 
-def test_stream_pacing_makes_an_answer_last_the_requested_time() -> None:
-    pieces = len(split_pieces(echo_reply([{"role": "user", "content": PROMPT.format(123)}])))
+def test_stream_pacing_makes_an_answer_last_the_requested_time_reasoning_included() -> None:
+    messages = [{"role": "user", "content": PROMPT.format(123)}]
+    pieces = len(split_pieces(reasoning_reply(messages))) + len(split_pieces(echo_reply(messages)))
+    assert answer_pieces() == pieces
     assert SIM_TTFT + (pieces - 1) / stream_tps(10.0) == pytest.approx(10.0)
+
+
+def test_every_measured_model_streams_reasoning_before_its_answer() -> None:
+    assert all(thinks({"model": model, "messages": []}) for model in MODELS.values())
 
 
 def test_run_size_targets_the_duration_within_bounds() -> None:
@@ -88,14 +107,28 @@ async def lines(*events: str) -> AsyncIterator[str]:
         yield ""
 
 
-def chunk(content: str | None) -> str:
+def chunk(content: str | None, *, reasoning: bool = False) -> str:
     delta = {"role": "assistant", "content": ""} if content is None else {"content": content}
+    if reasoning and content is not None:
+        delta = {"reasoning_content": content}
     return "data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]})
 
 
+async def paced(*events: str, pause: float = 0.01) -> AsyncIterator[str]:
+    for event in events:
+        await asyncio.sleep(pause)
+        yield event
+
+
+def test_first_byte_is_the_first_event_and_first_answer_the_first_content_after_the_reasoning() -> None:
+    events = (chunk(None), chunk("think", reasoning=True), chunk("more", reasoning=True), chunk("E"), "data: [DONE]")
+    times = asyncio.run(stream_times(paced(*events), time.perf_counter()))
+    assert 0 < times.first_byte < times.first_answer  # the reasoning chunks between them are no answer
+
+
 def test_first_content_skips_the_role_chunk_and_reads_to_done() -> None:
-    seconds = asyncio.run(first_content_seconds(lines(chunk(None), chunk("E"), chunk("x"), "data: [DONE]"), 0.0))
-    assert seconds > 0
+    times = asyncio.run(stream_times(lines(chunk(None), chunk("E"), chunk("x"), "data: [DONE]"), 0.0))
+    assert times.first_answer >= times.first_byte > 0
 
 
 @pytest.mark.parametrize(
@@ -103,12 +136,13 @@ def test_first_content_skips_the_role_chunk_and_reads_to_done() -> None:
     [
         ((chunk(None), chunk("E")), "without \\[DONE\\]"),
         ((chunk(None), "data: [DONE]"), "without content"),
+        ((chunk(None), chunk("only thoughts", reasoning=True), "data: [DONE]"), "without content"),
         ((chunk("E"), 'data: {"error": {"message": "upstream broke"}}', "data: [DONE]"), "upstream broke"),
     ],
 )
 def test_incomplete_or_failed_streams_are_errors(events: tuple[str, ...], message: str) -> None:
     with pytest.raises(AnswerError, match=message):
-        asyncio.run(first_content_seconds(lines(*events), 0.0))
+        asyncio.run(stream_times(lines(*events), 0.0))
 
 
 def samples(rps: float, *latencies_ms: float, proxy_cpu: float = 0.0) -> list[Sample]:
@@ -144,3 +178,16 @@ def test_quick_run_measures_gateway_and_bare_and_holds_every_stream_it_opens(tmp
     assert burst[GATEWAY]["completed"] == f"{QUICK.streams}/{QUICK.streams}"
     assert burst[GATEWAY]["peak open"] == QUICK.streams and burst[GATEWAY]["errors"] == 0
     assert json.loads((tmp_path / "chat.json").read_text())["part"] == "chat"
+
+
+def test_stream_rows_report_time_to_first_byte_beside_time_to_first_answer() -> None:
+    def streamed(first_byte_ms: float, first_answer_ms: float) -> list[Sample]:
+        return [
+            Sample(stats(first_answer_ms, first_answer_ms), first_byte=[first_byte_ms / 1000] * 2) for _ in range(3)
+        ]
+
+    points = series({16: {BARE: streamed(50, 80), GATEWAY: streamed(51, 82)}})
+    gateway = {row["system"]: row for row in rows("TTFT", points)}[GATEWAY]
+    assert gateway["p50 ms"] == pytest.approx(82) and gateway["TTFB p50 ms"] == pytest.approx(51)
+    assert gateway["added p50 ms"] == pytest.approx(2) and gateway["added TTFB p50 ms"] == pytest.approx(1)
+    assert "TTFB p50 ms" not in {key for row in rows("completions", series({1: {BARE: samples(10, 1)}})) for key in row}
