@@ -9,6 +9,7 @@ from gateway.cache.chat import (
     chunks_to_completion,
     completion_to_chunks,
     exact_key,
+    prompt_chars,
 )
 from gateway.cache.memory import MemoryStore
 
@@ -32,6 +33,22 @@ def test_key_ignores_delivery_fields_and_keeps_everything_else() -> None:
     assert exact_key(body("hi", temperature=0.1)) != exact_key(body("hi", temperature=0.2))
     assert exact_key(body("hi", tools=[{"type": "function"}])) != exact_key(body("hi"))
     assert exact_key({"messages": [{"content": "hi", "role": "user"}], "model": "m"}) == exact_key(body("hi"))
+
+
+def test_the_thinking_switch_and_the_reasoning_effort_are_part_of_the_key() -> None:
+    keys = {
+        exact_key(body("hi")),
+        exact_key(body("hi", thinking={"type": "enabled"})),
+        exact_key(body("hi", thinking={"type": "disabled"})),
+        exact_key(body("hi", thinking={"type": "enabled"}, reasoning_effort="high")),
+        exact_key(body("hi", thinking={"type": "enabled"}, reasoning_effort="low")),
+    }
+    assert len(keys) == 5  # a reasoned answer never answers a request that turned reasoning off
+
+
+def test_reasoning_an_assistant_turn_passes_back_counts_as_prompt() -> None:
+    turn = {"role": "assistant", "content": "b", "reasoning_content": "x" * 10}
+    assert prompt_chars({"messages": [turn]}) == len('"b"') + 10
 
 
 def test_ttl_grows_with_the_prompt_and_is_capped() -> None:
@@ -72,3 +89,27 @@ def test_only_normally_finished_answers_are_stored() -> None:
     stored_cut, stored_done, found = asyncio.run(scenario())
     assert (stored_cut, stored_done) == (False, True)
     assert found is not None and found.as_completion()["choices"][0]["message"]["content"] == "full"
+
+
+def test_reasoning_is_kept_and_replayed_before_the_answer_both_ways() -> None:
+    streamed = [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"reasoning_content": "Think"}),
+        chunk({"reasoning_content": "ing."}),
+        chunk({"content": "Answer"}),
+        chunk({}, "stop", usage={"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7,
+                                 "completion_tokens_details": {"reasoning_tokens": 3}}),
+    ]  # fmt: skip
+    cache = ExactChatCache(MemoryStore(max_bytes=1 << 20))
+    asyncio.run(cache.put("k", body("q"), ChatAnswer(chunks=streamed)))
+    stored = asyncio.run(cache.get("k"))
+    assert stored is not None and stored.as_chunks() == streamed  # a stream replays chunk for chunk
+    completion = stored.as_completion()
+    message = completion["choices"][0]["message"]
+    assert (message["reasoning_content"], message["content"]) == ("Thinking.", "Answer")
+    assert completion["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}
+    replayed = completion_to_chunks(completion)  # a completion replayed as a stream: reasoning first
+    deltas = [c["choices"][0]["delta"] for c in replayed]
+    assert deltas[0] == {"role": "assistant", "reasoning_content": "Thinking."}
+    assert deltas[1] == {"content": "Answer"} and replayed[-1]["usage"] == completion["usage"]
+    assert chunks_to_completion(replayed) == completion

@@ -33,6 +33,8 @@ def test_context_key_ignores_delivery_fields() -> None:
         chat("hi", earlier=[{"role": "system", "content": "Answer in French."}]),
         chat("hi", earlier=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]),
         chat("hi") | {"messages": [{"role": "user", "content": "hi", "name": "bob"}]},
+        chat("hi", thinking={"type": "enabled"}),
+        chat("hi", reasoning_effort="high"),
     ],
 )
 def test_context_key_differs_for_model_sampling_and_earlier_turns(other: dict[str, Any]) -> None:
@@ -44,6 +46,19 @@ def test_context_key_needs_all_earlier_turns_identical() -> None:
     changed = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "B"}]
     assert semantic_context_key(chat("q", earlier=first)) == semantic_context_key(chat("Q?", earlier=first))
     assert semantic_context_key(chat("q", earlier=first)) != semantic_context_key(chat("q", earlier=changed))
+
+
+def test_context_key_leaves_out_the_reasoning_earlier_turns_pass_back() -> None:
+    turns = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    thought = [turns[0], {**turns[1], "reasoning_content": "The user says a; I answer b."}]
+    other_thought = [turns[0], {**turns[1], "reasoning_content": "Something else entirely."}]
+    key = semantic_context_key(chat("q", earlier=turns))
+    assert (
+        semantic_context_key(chat("Q?", earlier=thought))
+        == key
+        == semantic_context_key(chat("q", earlier=other_thought))
+    )
+    assert semantic_query(chat("q", earlier=thought)) == "q"  # the compared text is the question alone
 
 
 def test_questions_with_other_numbers_never_share_a_context() -> None:
