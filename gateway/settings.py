@@ -155,13 +155,27 @@ class CacheSettings(BaseSettings):
 
 
 class HunyuanQuotaSettings(BaseSettings):
-    """The Hunyuan account's quota, enforced across all replicas when REDIS_URL is set."""
+    """The chat account's quota, enforced across all replicas when REDIS_URL is set. TokenHub sets its limits per
+    model and inference service and shows them on the model's page in its console; it publishes no account-wide
+    figure, so the defaults are a conservative start (the retired Hunyuan platform's 20 QPS / 5 concurrent)."""
 
     model_config = SettingsConfigDict(env_prefix="HUNYUAN_", frozen=True)
 
-    requests_per_second: float = Field(20.0, description="Account QPS quota (Hunyuan's default is 20).")
-    max_concurrent: int = Field(5, description="Concurrent calls allowed by the account (Hunyuan's default is 5).")
-    tokens_per_minute: int | None = Field(None, description="Optional token budget per minute; unset: not limited.")
+    requests_per_second: float = Field(
+        20.0,
+        description="Calls per second to the account; set it to the model's limit in TokenHub's console (its RPM "
+        "/ 60). Above the real limit the upstream answers 429; below it, requests wait here.",
+    )
+    max_concurrent: int = Field(
+        5,
+        description="Calls in flight at once, as TokenHub's console gives for the model; a reasoning answer holds "
+        "its call for longer.",
+    )
+    tokens_per_minute: int | None = Field(
+        None,
+        description="Token budget per minute (TokenHub's TPM), prompt and answer, reasoning included: each call "
+        "reserves an estimate and is settled with the usage it reports. Unset: not limited.",
+    )
     max_wait_seconds: float = Field(
         10.0, description="How long a request may wait for a quota slot before it gets 429 with Retry-After."
     )

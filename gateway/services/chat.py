@@ -30,7 +30,7 @@ from gateway.upstreams.llm import LLMClient
 
 ChatCacheOutcome = Literal["hit", "miss", "semantic"]
 DEFAULT_ANSWER_BUDGET = 512  # tokens reserved for an answer without max_tokens
-REASONING_ANSWER_BUDGET = 2048  # ... when it reasons first (TokenHub advises max_tokens >= 2048 for thinking)
+REASONING_ANSWER_BUDGET = 2048  # ... when it reasons first (TokenHub's guides: max_tokens >= 2048 to think)
 
 
 @dataclass(frozen=True)

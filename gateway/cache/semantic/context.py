@@ -3,8 +3,7 @@
 Two requests share a *context* when everything but the last user message's text is
 identical (model, sampling parameters, thinking switch, every earlier turn but its reasoning;
 delivery fields aside), so a multi-turn conversation only matches when all its earlier turns
-match; and when that
-text has the same numbers in the same order: "what is 12345 * 6789?" and "... 6788?" are
+match; and when that text has the same numbers in the same order: "what is 12345 * 6789?" and "... 6788?" are
 near-identical texts and different questions; and the same polarity, so "how do I enable X?"
 never answers "how do I not enable X?" (`query_negated`).
 """
