@@ -112,6 +112,7 @@ class _Opening:
     def __init__(self) -> None:
         self.done = asyncio.Event()
         self.error: GatewayError | None = None
+        self.stream: SharedStream | None = None  # given to the waiters even if it has ended before they wake
 
 
 class SharedStreams:
@@ -136,11 +137,14 @@ class SharedStreams:
             await opening.done.wait()
             if opening.error is not None:
                 raise opening.error
+            running = opening.stream
+            if running is not None:
+                break
         if running is not None:
             return running.follow()
         opening = self._opening[key] = _Opening()
         try:
-            shared = SharedStream(await open_stream(), partial(self._forget, key))
+            shared = opening.stream = SharedStream(await open_stream(), partial(self._forget, key))
             self._running[key] = shared
         except GatewayError as exc:
             opening.error = exc

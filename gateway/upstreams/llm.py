@@ -215,16 +215,16 @@ class LLMClient:
             try:
                 response, payloads = await self._attempt(host, data, headers, stream)
             except _HostFailedError as failed:
-                host.breaker.record_failure()
+                self._hosts.failed(host)
                 failure = failed
                 continue
             except (GatewayError, _RetryableError):
-                host.breaker.record_success()  # the host answered: it is up, the request or the account is not
+                self._hosts.answered(host)  # the host answered: it is up, the request or the account is not
                 raise
             except BaseException:
-                host.breaker.release()
+                self._hosts.released(host)
                 raise
-            host.breaker.record_success()
+            self._hosts.answered(host)
             return host, response, payloads
         if failure is not None:
             raise failure

@@ -43,6 +43,8 @@ class LLMHosts:
 
     def __init__(self, settings: HunyuanSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._hosts = [_host(url, settings, clock) for url in settings.base_urls()]
+        # With one host there is nowhere else to go: the models' breakers already fail fast.
+        self._skipping = len(self._hosts) > 1
 
     def __iter__(self) -> Iterator[LLMHost]:
         return iter(self._hosts)
@@ -50,7 +52,22 @@ class LLMHosts:
     def allowed(self) -> Iterator[LLMHost]:
         """The hosts a call may try now, in order. Lazy: a host's breaker is asked only when the host before
         it has failed, so a half-open host's single probe is not taken by a call that never goes there."""
-        return (host for host in self._hosts if host.breaker.allow())
+        return (host for host in self._hosts if not self._skipping or host.breaker.allow())
+
+    def failed(self, host: LLMHost) -> None:
+        """The host could not be reached, answered 5xx, or its stream broke or stalled before the first chunk."""
+        if self._skipping:
+            host.breaker.record_failure()
+
+    def answered(self, host: LLMHost) -> None:
+        """The host answered (a success, or an error that is the request's or the account's, not the host's)."""
+        if self._skipping:
+            host.breaker.record_success()
+
+    def released(self, host: LLMHost) -> None:
+        """The call ended with no verdict on the host (the caller went away)."""
+        if self._skipping:
+            host.breaker.release()
 
     def preferred(self) -> LLMHost:
         """The first host whose breaker is closed (else the primary), for calls that are not worth a probe."""

@@ -14,7 +14,7 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
-from gateway.errors import UpstreamUnavailableError
+from gateway.errors import UpstreamError, UpstreamUnavailableError
 from gateway.settings import HunyuanSettings
 from gateway.upstreams.breaker import BreakerState
 from gateway.upstreams.llm import LLMClient
@@ -66,7 +66,7 @@ def test_an_open_host_is_skipped_and_a_later_host_tried_until_its_probe() -> Non
     clock.now += 10.0
     allowed = hosts.allowed()
     assert next(allowed) is primary  # its probe; the backup's breaker is not asked until the primary fails
-    assert backup.breaker.state is BreakerState.OPEN
+    assert (primary.breaker.state.value, backup.breaker.state.value) == ("half_open", "open")
 
 
 @asynccontextmanager
@@ -116,24 +116,41 @@ def test_a_refused_or_5xx_primary_falls_over_to_the_backup_within_one_attempt_an
 
 def test_when_every_host_fails_the_attempt_is_retried_and_then_every_breaker_open_fails_fast() -> None:
     async def scenario() -> None:
-        async with server(500) as (first, first_calls), server(502) as (second, second_calls):
-            async with LLMClient(settings(first, second, max_retries=1)) as client:
-                with pytest.raises(UpstreamUnavailableError):  # the last host's 502
-                    await client.complete({"model": "m", "messages": []})
-                assert first_calls == [1, 1] and second_calls == [1, 1]  # two attempts over both hosts
-                with pytest.raises(UpstreamUnavailableError, match="every chat upstream host is failing") as fast:
-                    await client.complete({"model": "m", "messages": []})
-                assert fast.value.headers["Retry-After"] == "10" and len(first_calls) == 2
+        async with (
+            server(500) as (first, first_calls),
+            server(502) as (second, second_calls),
+            LLMClient(settings(first, second, max_retries=1)) as client,
+        ):
+            with pytest.raises(UpstreamUnavailableError):  # the last host's 502
+                await client.complete({"model": "m", "messages": []})
+            assert first_calls == [1, 1] and second_calls == [1, 1]  # two attempts over both hosts
+            with pytest.raises(UpstreamUnavailableError, match="every chat upstream host is failing") as fast:
+                await client.complete({"model": "m", "messages": []})
+            assert fast.value.headers["Retry-After"] == "10" and len(first_calls) == 2
 
     asyncio.run(scenario())
 
 
 def test_a_429_is_the_accounts_and_does_not_move_to_the_next_host() -> None:
     async def scenario() -> None:
-        async with server(429) as (limited, limited_calls), server() as (backup, backup_calls):
-            async with LLMClient(settings(limited, backup, max_retries=0)) as client:
-                with pytest.raises(Exception, match="quota exceeded"):
-                    await client.complete({"model": "m", "messages": []})
+        async with (
+            server(429) as (limited, limited_calls),
+            server() as (backup, backup_calls),
+            LLMClient(settings(limited, backup, max_retries=0)) as client,
+        ):
+            with pytest.raises(Exception, match="quota exceeded"):
+                await client.complete({"model": "m", "messages": []})
         assert limited_calls == [1] and backup_calls == []
+
+    asyncio.run(scenario())
+
+
+def test_a_single_host_is_never_skipped_its_models_breakers_fail_fast_instead() -> None:
+    async def scenario() -> None:
+        async with server(500) as (only, calls), LLMClient(settings(only, max_retries=0)) as client:
+            for _ in range(3):
+                with pytest.raises(UpstreamError, match="500"):
+                    await client.complete({"model": "m", "messages": []})
+        assert calls == [1, 1, 1]
 
     asyncio.run(scenario())
