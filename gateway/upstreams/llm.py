@@ -18,9 +18,8 @@ import asyncio
 import contextlib
 import json
 import random
-import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from contextlib import aclosing, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
@@ -93,9 +92,9 @@ class LLMClient:
     """Chat completions against `HUNYUAN_BASE_URL`, then its backups; use as an async context manager or call
     `aclose`."""
 
-    def __init__(self, settings: HunyuanSettings, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: HunyuanSettings) -> None:
         self._settings = settings
-        self._hosts = LLMHosts(settings, clock=clock)
+        self._hosts = LLMHosts(settings)
 
     @property
     def configured(self) -> bool:
@@ -181,7 +180,7 @@ class LLMClient:
         try:
             for attempt in range(attempts):
                 try:
-                    host, response, payloads = await self._on_some_host(data, headers, bool(body["stream"]))
+                    host, response, first, events = await self._on_some_host(data, headers, bool(body["stream"]))
                 except _RetryableError as retryable:
                     if attempt == attempts - 1:
                         raise retryable.error from retryable
@@ -191,10 +190,12 @@ class LLMClient:
                     continue
                 span.set_attribute("llm.host", host.name)
                 metrics.LLM_CALLS.labels(model=str(body.get("model", "")), host=host.name).inc()
+                payloads = _prepend(first, events)
                 try:
                     yield response, payloads
                 finally:
                     await payloads.aclose()
+                    await events.aclose()  # `payloads` closes it only if it had begun
                     # A body read to its end returns the connection to the pool; else the connection is
                     # closed, which is also how the upstream learns that a client went away.
                     if response.content.at_eof():
@@ -207,13 +208,13 @@ class LLMClient:
 
     async def _on_some_host(
         self, data: bytes, headers: dict[str, str], stream: bool
-    ) -> tuple[LLMHost, aiohttp.ClientResponse, AsyncGenerator[str, None]]:
+    ) -> tuple[LLMHost, aiohttp.ClientResponse, str | None, AsyncGenerator[str, None]]:
         """One attempt: each host whose breaker lets it, in order, until one answers. A 429 is the account's
         (every host shares it) and ends the attempt; so does a 4xx, which no host would answer otherwise."""
         failure: _HostFailedError | None = None
         for host in self._hosts.allowed():
             try:
-                response, payloads = await self._attempt(host, data, headers, stream)
+                response, first, events = await self._attempt(host, data, headers, stream)
             except _HostFailedError as failed:
                 self._hosts.failed(host)
                 failure = failed
@@ -225,7 +226,7 @@ class LLMClient:
                 self._hosts.released(host)
                 raise
             self._hosts.answered(host)
-            return host, response, payloads
+            return host, response, first, events
         if failure is not None:
             raise failure
         seconds = self._hosts.retry_after_seconds()
@@ -235,7 +236,8 @@ class LLMClient:
 
     async def _attempt(
         self, host: LLMHost, data: bytes, headers: dict[str, str], stream: bool
-    ) -> tuple[aiohttp.ClientResponse, AsyncGenerator[str, None]]:
+    ) -> tuple[aiohttp.ClientResponse, str | None, AsyncGenerator[str, None]]:
+        """The response, and for a stream its first payload (None: [DONE] came first) and the payloads after it."""
         try:
             response = await host.pool.get().post(host.chat_url, data=data, headers=headers)
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
@@ -254,15 +256,18 @@ class LLMClient:
                 raise _RetryableError(error, response.headers.get("retry-after"))
             raise error
         if not stream:
-            return response, _nothing()
+            return response, None, _nothing()
+        events = _events(response, host.name)
         try:
-            return response, await _from_first(_events(response, host.name))
+            first = await anext(events, None)
         except (LLMUpstreamError, LLMTimeoutError) as exc:  # it broke or stalled before its first chunk
             response.close()
             raise _HostFailedError(exc) from exc
         except BaseException:
+            await events.aclose()
             response.close()
             raise
+        return response, first, events
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         seconds = retry_after_seconds(retry_after)
@@ -272,23 +277,12 @@ class LLMClient:
         return base + _jitter.uniform(0.0, base)
 
 
-async def _from_first(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
-    """`payloads` once its first item has arrived (its failure raised here), which the result yields first."""
-    try:
-        first = await anext(payloads)
-    except StopAsyncIteration:  # [DONE] with no chunk before it
-        return _nothing()
-    except BaseException:
-        await payloads.aclose()
-        raise
-    return _prepend(first, payloads)
-
-
-async def _prepend(first: str, rest: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
-    async with aclosing(rest):
+async def _prepend(first: str | None, rest: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
+    """`first` (unless None), then `rest`."""
+    if first is not None:
         yield first
-        async for item in rest:
-            yield item
+    async for item in rest:
+        yield item
 
 
 async def _nothing() -> AsyncGenerator[str, None]:
