@@ -56,9 +56,16 @@ EMBEDDING_COALESCED_REQUESTS = Histogram(
 )
 EMBEDDING_TEXTS_TRUNCATED = Counter("gateway_embedding_texts_truncated_total", "Texts cut at the model's max tokens.")
 
-LLM_CALLS = Counter("gateway_llm_upstream_calls_total", "Chat calls that reached the upstream, by model.", ["model"])
-LLM_ERRORS = Counter("gateway_llm_upstream_errors_total", "Failed chat upstream attempts by reason.", ["reason"])
-# reason: timeout | connection | stream_broken | <HTTP status>
+LLM_CALLS = Counter(
+    "gateway_llm_upstream_calls_total",
+    "Chat calls that reached the upstream, by model and serving host.",
+    ["model", "host"],
+)
+LLM_ERRORS = Counter(
+    "gateway_llm_upstream_errors_total", "Failed chat upstream attempts by reason and host.", ["reason", "host"]
+)
+# reason: timeout | connection | stream_broken | <HTTP status>; host: host[:port] of a configured base URL (never
+# a string a client sent)
 LLM_TOKENS = Counter("gateway_llm_tokens_total", "Tokens billed by the upstream.", ["model", "kind"])
 # kind: prompt | completion | reasoning (part of completion, as OpenAI counts it)
 LLM_SAVED_CALLS = Counter("gateway_llm_calls_saved_total", "Chat calls answered by a cache layer.", ["layer"])
@@ -77,6 +84,9 @@ QUOTA_FALLBACKS = Counter(
 )
 QUOTA_DEGRADED = Gauge("gateway_quota_degraded", "1 while the shared quota falls back to this replica.", ["limiter"])
 BREAKER_STATE = Gauge("gateway_llm_breaker_open", "1 while a model's circuit breaker is open.", ["model"])
+HOST_BREAKER_STATE = Gauge(
+    "gateway_llm_host_breaker_open", "1 while a chat upstream host's circuit breaker is open.", ["host"]
+)
 
 TASK_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0)
 VIDEO_TASKS = Gauge(

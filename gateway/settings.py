@@ -197,7 +197,13 @@ class HunyuanSettings(BaseSettings):
     base_url: str = Field(
         "https://tokenhub.tencentmaas.com/v1",
         description="OpenAI-compatible base URL: Tencent TokenHub (mainland); international accounts use "
-        "https://tokenhub-intl.tencentmaas.com/v1. The old Hunyuan endpoint was retired on 2026-09-30.",
+        "https://tokenhub-intl.tencentcloudmaas.com/v1. The old Hunyuan endpoint was retired on 2026-09-30.",
+    )
+    backup_base_urls: str = Field(
+        "",
+        description="Comma-separated base URLs tried in order when the one before cannot be reached or answers 5xx "
+        "before its first byte (each host has its own circuit breaker; the account's quota is shared by all), e.g. "
+        "TokenHub's documented backup 'https://tokenhub-intl.tencentcloudmaas.tech/v1'. Empty: no failover.",
     )
     api_key: SecretStr | None = Field(
         None, description="TokenHub API key (from TokenHub's console); unset: chat answers 503 naming this variable."
@@ -228,9 +234,11 @@ class HunyuanSettings(BaseSettings):
         description="Comma-separated chat models that GET /v1/models lists (with the models named in "
         "HUNYUAN_FALLBACK_MODELS) when the upstream cannot be asked: no key, an error, or an empty list.",
     )
-    breaker_failures: int = Field(5, description="Consecutive failures that open a model's circuit breaker.")
+    breaker_failures: int = Field(
+        5, description="Consecutive failures that open a model's (or a host's) circuit breaker."
+    )
     breaker_reset_seconds: float = Field(
-        30.0, description="How long an open breaker answers 503 before one probe call."
+        30.0, description="How long an open breaker answers 503 (a host's: is skipped) before one probe call."
     )
     quota: HunyuanQuotaSettings = Field(default_factory=HunyuanQuotaSettings)
 
@@ -240,6 +248,11 @@ class HunyuanSettings(BaseSettings):
             model, _, fallback = pair.partition("=")
             chains.setdefault(model.strip(), []).append(fallback.strip())
         return chains
+
+    def base_urls(self) -> list[str]:
+        """HUNYUAN_BASE_URL, then HUNYUAN_BACKUP_BASE_URLS, each once, in order of preference."""
+        backups = (url.strip() for url in self.backup_base_urls.split(","))
+        return list(dict.fromkeys(url.rstrip("/") for url in (self.base_url.strip(), *backups) if url))
 
     def configured_models(self) -> list[str]:
         """HUNYUAN_MODELS, then every model HUNYUAN_FALLBACK_MODELS names, each once, in order."""

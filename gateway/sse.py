@@ -1,7 +1,8 @@
-"""Server-sent events: each event is `data: <json>\n\n`, the stream always ends with `data: [DONE]\n\n`.
+"""Server-sent events: each event is `data: <json>\n\n`; a stream that ends well ends with `data: [DONE]\n\n`.
 
-After the headers have gone out an error can no longer change the status, so it
-is sent as a final `data: {"error": ...}` event, still followed by [DONE].
+After the headers have gone out an error can no longer change the status, so it is sent as a final
+`data: {"error": ...}` event and the stream ends there, without [DONE]: a client that reads to [DONE] (the
+official `openai` client does) cannot take a cut answer for a finished one.
 """
 
 from __future__ import annotations
@@ -26,22 +27,24 @@ def event(data: str) -> str:
 
 
 def encode_stream(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
-    """`payloads` (JSON texts) as SSE events; an error mid-stream becomes an error event."""
+    """`payloads` (JSON texts) as SSE events, then [DONE]; an error mid-stream becomes the last event."""
     return encode_batches(_single(payloads))
 
 
 async def encode_batches(batches: AsyncGenerator[list[str], None]) -> AsyncGenerator[str, None]:
-    """Each batch of payloads (JSON texts) as one text of SSE events (one write); an error mid-stream
-    becomes an error event."""
+    """Each batch of payloads (JSON texts) as one text of SSE events (one write), then [DONE]; an error
+    mid-stream becomes the last event, with no [DONE] after it."""
     try:
         async with aclosing(batches):  # a client that goes away closes the source, and so the upstream call
             async for batch in batches:
                 yield "".join(map(event, batch))
     except GatewayError as exc:
         yield event(json.dumps(exc.body(), ensure_ascii=False))
+        return
     except Exception:
         log.exception("stream failed")
         yield event(json.dumps(error_body("internal error", GatewayError.type)))
+        return
     yield DONE
 
 

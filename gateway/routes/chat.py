@@ -24,8 +24,8 @@ def chat(request: Request) -> ChatService:
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     payload = body.model_dump(exclude_unset=True)  # the client's fields only, unknown ones included
     use_cache = cache_allowed(request)
-    if body.stream:
-        events, result = await chat(request).stream(payload, use_cache=use_cache)
+    if body.stream:  # the headers wait for the first chunk: a failure before it is a status, not an event
+        events, result = await unless_disconnected(request.receive, chat(request).stream(payload, use_cache=use_cache))
         headers = {**sse.HEADERS, **cache_headers(result)}
         return StreamingResponse(sse.encode_batches(events), media_type=sse.MEDIA_TYPE, headers=headers)
     completion, result = await unless_disconnected(

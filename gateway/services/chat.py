@@ -23,7 +23,7 @@ from gateway.errors import (
 )
 from gateway.protocol.unicode import require_unicode
 from gateway.quota.base import QuotaLimiter, Slot
-from gateway.services.shared_stream import SharedStream
+from gateway.services.shared_stream import SharedStreams
 from gateway.services.single_flight import SingleFlight
 from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.llm import LLMClient
@@ -63,7 +63,7 @@ class ChatService:
         self._max_prompt_chars = max_prompt_chars
         self._timeout = timeout_seconds
         self._in_flight: SingleFlight[str, dict[str, Any]] = SingleFlight(cancel_when_abandoned=True)
-        self._streams: dict[str, SharedStream] = {}
+        self._streams = SharedStreams()
 
     async def complete(self, body: dict[str, Any], *, use_cache: bool = True) -> tuple[dict[str, Any], CacheResult]:
         """A non-streamed completion; identical concurrent requests share one upstream call, which is
@@ -80,37 +80,29 @@ class ChatService:
         self, body: dict[str, Any], *, use_cache: bool = True
     ) -> tuple[AsyncGenerator[list[str], None], CacheResult]:
         """Chunks (JSON texts) of a streamed answer, in batches of those received since the last batch
-        (a cached answer is one batch). The upstream is opened before this returns, so failures before
-        the first byte still become a proper HTTP status. Identical requests arriving while it streams
-        follow the same upstream call."""
+        (a cached answer is one batch). This returns once the first chunk has arrived, so failures before it
+        are retried and fall back like a non-streamed call's and become a proper status. Identical requests
+        arriving while it opens or streams follow the same upstream call."""
         self._validate(body)
         key = exact_key(body)
         if use_cache and (cached := await self._cached(body, key)) is not None:
             answer, result = cached
             return _replay(answer), result
-        if (running := self._streams.get(key)) is not None:
-            return running.follow(), CacheResult("miss")
+        return await self._streams.follow(key, partial(self._open_stream, body, key)), CacheResult("miss")
+
+    async def _open_stream(self, body: dict[str, Any], key: str) -> AsyncGenerator[str, None]:
+        """The relay of a stream whose first chunk has arrived (from the requested model or a fallback)."""
         stack = AsyncExitStack()
         try:
             model, events, slot = await self._open(stack, body, stream=True)
         except BaseException:
             await stack.aclose()
             raise
-        if (running := self._streams.get(key)) is not None:  # another request opened it meanwhile
-            await stack.aclose()
-            self._breakers[model].release()
-            return running.follow(), CacheResult("miss")
-        shared = SharedStream(self._relay(stack, body, key, model, events, slot), partial(self._forget_stream, key))
-        self._streams[key] = shared
-        return shared.follow(), CacheResult("miss")
+        return self._relay(stack, body, key, model, events, slot)
 
     async def upstream_models(self) -> list[dict[str, Any]]:
         """The models the upstream lists (OpenAI's model entries); raises its UpstreamError (e.g. no key)."""
         return await self._llm.models()
-
-    def _forget_stream(self, key: str, shared: SharedStream) -> None:
-        if self._streams.get(key) is shared:  # a newer stream of the same request may have taken the key
-            del self._streams[key]
 
     def _validate(self, body: dict[str, Any]) -> None:
         require_unicode(body)

@@ -1,12 +1,13 @@
-"""One upstream stream, followed by every identical request that arrives while it runs (single flight)."""
+"""One upstream stream, followed by every identical request that arrives while it opens or runs (single flight)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
+from functools import partial
 
-from gateway.errors import UpstreamUnavailableError
+from gateway.errors import GatewayError, UpstreamUnavailableError
 
 ABANDON_AFTER_SECONDS = 0.5  # with no follower this long, the producer is cancelled
 
@@ -103,3 +104,56 @@ class SharedStream:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+
+
+class _Opening:
+    """A stream being opened: identical requests wait for the outcome."""
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+        self.error: GatewayError | None = None
+        self.stream: SharedStream | None = None  # given to the waiters even if it has ended before they wake
+
+
+class SharedStreams:
+    """The shared streams of the requests being answered, by request key.
+
+    A stream counts as open once its first chunk has arrived (the response headers wait for it). An identical
+    request that arrives while it opens waits too, then follows it, or gets the same error: the opening
+    request's status (429, 502, 503, 504) is every waiter's. If the opening request goes away before, the next
+    waiter opens the stream itself.
+    """
+
+    def __init__(self) -> None:
+        self._running: dict[str, SharedStream] = {}
+        self._opening: dict[str, _Opening] = {}
+
+    async def follow(
+        self, key: str, open_stream: Callable[[], Awaitable[AsyncGenerator[str, None]]]
+    ) -> AsyncGenerator[list[str], None]:
+        """Batches of the stream of `key`: the running one, else the one being opened, else a new one from
+        `open_stream` (which returns once the first chunk is there, or raises)."""
+        while (running := self._running.get(key)) is None and (opening := self._opening.get(key)) is not None:
+            await opening.done.wait()
+            if opening.error is not None:
+                raise opening.error
+            running = opening.stream
+            if running is not None:
+                break
+        if running is not None:
+            return running.follow()
+        opening = self._opening[key] = _Opening()
+        try:
+            shared = opening.stream = SharedStream(await open_stream(), partial(self._forget, key))
+            self._running[key] = shared
+        except GatewayError as exc:
+            opening.error = exc
+            raise
+        finally:
+            del self._opening[key]
+            opening.done.set()
+        return shared.follow()
+
+    def _forget(self, key: str, shared: SharedStream) -> None:
+        if self._running.get(key) is shared:  # a newer stream of the same request may have taken the key
+            del self._running[key]

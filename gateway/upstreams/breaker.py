@@ -1,4 +1,5 @@
-"""Circuit breakers, one per upstream model: fail fast while a model keeps failing, probe to recover."""
+"""Circuit breakers, one per upstream model (and one per chat host): fail fast while it keeps failing, probe to
+recover."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import enum
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+
+from prometheus_client import Gauge
 
 from gateway import metrics
 
@@ -25,10 +28,19 @@ class CircuitBreaker:
     rejected) lets the next call probe; so does a probe left unanswered for `reset_seconds`, so no lost
     ending can keep a model shut."""
 
-    def __init__(self, name: str, failures: int, reset_seconds: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        name: str,
+        failures: int,
+        reset_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        gauge: Gauge = metrics.BREAKER_STATE,  # labelled by the name alone: a model's, or a host's
+    ):
         if failures < 1 or reset_seconds <= 0:
             raise ValueError("failures must be >= 1 and reset_seconds > 0")
         self.name = name
+        self._gauge = gauge
         self._threshold = failures
         self._reset_seconds = reset_seconds
         self._clock = clock
@@ -75,7 +87,7 @@ class CircuitBreaker:
 
     def _set(self, state: BreakerState) -> None:
         self.state = state
-        metrics.BREAKER_STATE.labels(model=self.name).set(1 if state is BreakerState.OPEN else 0)
+        self._gauge.labels(self.name).set(1 if state is BreakerState.OPEN else 0)
 
 
 class BreakerBoard:

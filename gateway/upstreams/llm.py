@@ -1,12 +1,14 @@
-"""Hunyuan (OpenAI-compatible chat) over one pooled `aiohttp.ClientSession` for the process lifetime.
+"""Hunyuan (OpenAI-compatible chat) over one pooled `aiohttp.ClientSession` per host for the process lifetime.
 
 aiohttp rather than httpx here: a profile of the gateway proxying non-streamed completions at
 concurrency 32 put half of its CPU in httpx/httpcore (an expiry check of every pooled connection on
 each request, anyio locks); aiohttp's C parser and connector cost a fraction of that per call.
 
-Retries with exponential back-off and jitter happen only before the first byte
-of an answer (connection errors, 429, 5xx; `Retry-After` honoured, then `before_retry`, the quota's
-pacing): after it, the client already has data and a retry would duplicate it.
+Retries happen only before the first byte of an answer (for a stream: its first chunk); after it, the
+client already has data and a retry would duplicate it. Within one attempt a host that cannot be reached,
+answers 5xx, or breaks or stalls before its first chunk passes the call to the next host at once
+(`llm_hosts.py`); a 429 (the account's, on every host) or a round where every host failed waits for the
+back-off with jitter (or `Retry-After`), then `before_retry` (the quota's pacing), then tries again.
 `aiohttp.ClientError` never leaves this module.
 """
 
@@ -34,7 +36,7 @@ from gateway.errors import (
 )
 from gateway.settings import HunyuanSettings
 from gateway.upstreams.http_errors import UpstreamErrors, retry_after_seconds
-from gateway.upstreams.pool import PooledSession
+from gateway.upstreams.llm_hosts import LLMHost, LLMHosts
 
 tracer = trace.get_tracer(__name__)
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -68,6 +70,10 @@ class LLMStreamBrokenError(LLMUpstreamError):
     """The upstream stream ended without [DONE] after sending data."""
 
 
+class LLMStreamStalledError(LLMTimeoutError):
+    """The upstream stream went silent for longer than the first-byte timeout."""
+
+
 class _RetryableError(Exception):
     """A failure before the first byte that another attempt may not repeat."""
 
@@ -77,19 +83,18 @@ class _RetryableError(Exception):
         self.retry_after = retry_after
 
 
+class _HostFailedError(_RetryableError):
+    """The host could not be reached, answered 5xx, or its stream broke or stalled before the first chunk:
+    the next host may do better at once."""
+
+
 class LLMClient:
-    """Chat completions against `settings.base_url`; use as an async context manager or call `aclose`."""
+    """Chat completions against `HUNYUAN_BASE_URL`, then its backups; use as an async context manager or call
+    `aclose`."""
 
     def __init__(self, settings: HunyuanSettings) -> None:
         self._settings = settings
-        self._url = settings.base_url.rstrip("/") + "/chat/completions"
-        self._models_url = settings.base_url.rstrip("/") + "/models"
-        self._pool = PooledSession(
-            max_connections=settings.max_connections,
-            connect_seconds=settings.connect_timeout_seconds,
-            read_seconds=settings.first_byte_timeout_seconds,  # the headers, then the idle time between chunks
-            read_bufsize=2**20,  # bounds one SSE line: 2 MiB, far above any chunk an answer streams
-        )
+        self._hosts = LLMHosts(settings)
 
     @property
     def configured(self) -> bool:
@@ -102,12 +107,12 @@ class LLMClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        await self._hosts.aclose()
 
     async def complete(self, body: dict[str, Any], *, before_retry: BeforeRetry | None = None) -> dict[str, Any]:
         """A non-streaming completion (the body is passed through as it is); `before_retry` is awaited after
         the back-off, before each retry."""
-        async with self._response({**body, "stream": False}, before_retry) as response:
+        async with self._opened({**body, "stream": False}, before_retry) as (response, _):
             try:
                 payload = json.loads(await response.read())
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
@@ -121,17 +126,18 @@ class LLMClient:
         if self._settings.api_key is None:
             raise LLMNotConfiguredError("chat is not configured: set HUNYUAN_API_KEY")
         headers = {"Authorization": f"Bearer {self._settings.api_key.get_secret_value()}"}
+        host = self._hosts.preferred()
         try:
-            async with self._pool.get().get(self._models_url, headers=headers) as response:
+            async with host.pool.get().get(host.models_url, headers=headers) as response:
                 if response.status >= 400:
-                    metrics.LLM_ERRORS.labels(reason=str(response.status)).inc()
+                    metrics.LLM_ERRORS.labels(reason=str(response.status), host=host.name).inc()
                     raise await _error_of(response, self._settings.api_key)
                 payload = json.loads(await response.read())
         except TimeoutError as exc:
-            metrics.LLM_ERRORS.labels(reason="timeout").inc()
+            metrics.LLM_ERRORS.labels(reason="timeout", host=host.name).inc()
             raise LLMTimeoutError("chat upstream did not answer in time") from exc
         except aiohttp.ClientError as exc:
-            metrics.LLM_ERRORS.labels(reason="connection").inc()
+            metrics.LLM_ERRORS.labels(reason="connection", host=host.name).inc()
             raise LLMUnavailableError(f"chat upstream unreachable: {type(exc).__name__}") from exc
         except ValueError as exc:
             raise LLMUpstreamError("upstream answered a model list that is not JSON") from exc
@@ -146,16 +152,19 @@ class LLMClient:
     ) -> AsyncIterator[AsyncGenerator[str, None]]:
         """Open a streamed completion; yields the `data:` payloads (JSON text) as they arrive, without [DONE].
 
-        Leaving the block closes the upstream response, so a client that goes away cancels the upstream call.
+        It is open once the first payload has arrived: a failure before it is retried (another host, a
+        back-off) like a non-streamed call's. Leaving the block closes the upstream response, so a client that
+        goes away cancels the upstream call.
         """
-        async with self._response({**body, "stream": True}, before_retry) as response:
-            yield _events(response)
+        async with self._opened({**body, "stream": True}, before_retry) as (_, payloads):
+            yield payloads
 
     @asynccontextmanager
-    async def _response(
+    async def _opened(
         self, body: dict[str, Any], before_retry: BeforeRetry | None
-    ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """The first successful response; failures before it are retried when retrying can help."""
+    ) -> AsyncIterator[tuple[aiohttp.ClientResponse, AsyncGenerator[str, None]]]:
+        """The first successful response (and, for a stream, its payloads from the first one on); failures
+        before it are retried when retrying can help."""
         if self._settings.api_key is None:
             raise LLMNotConfiguredError("chat is not configured: set HUNYUAN_API_KEY")
         headers = {
@@ -171,7 +180,7 @@ class LLMClient:
         try:
             for attempt in range(attempts):
                 try:
-                    response = await self._attempt(data, headers)
+                    host, response, first, events = await self._on_some_host(data, headers, bool(body["stream"]))
                 except _RetryableError as retryable:
                     if attempt == attempts - 1:
                         raise retryable.error from retryable
@@ -179,10 +188,14 @@ class LLMClient:
                     if before_retry is not None:
                         await before_retry()
                     continue
-                metrics.LLM_CALLS.labels(model=str(body.get("model", ""))).inc()
+                span.set_attribute("llm.host", host.name)
+                metrics.LLM_CALLS.labels(model=str(body.get("model", "")), host=host.name).inc()
+                payloads = _prepend(first, events)
                 try:
-                    yield response
+                    yield response, payloads
                 finally:
+                    await payloads.aclose()
+                    await events.aclose()  # `payloads` closes it only if it had begun
                     # A body read to its end returns the connection to the pool; else the connection is
                     # closed, which is also how the upstream learns that a client went away.
                     if response.content.at_eof():
@@ -193,23 +206,68 @@ class LLMClient:
         finally:
             span.end()
 
-    async def _attempt(self, data: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+    async def _on_some_host(
+        self, data: bytes, headers: dict[str, str], stream: bool
+    ) -> tuple[LLMHost, aiohttp.ClientResponse, str | None, AsyncGenerator[str, None]]:
+        """One attempt: each host whose breaker lets it, in order, until one answers. A 429 is the account's
+        (every host shares it) and ends the attempt; so does a 4xx, which no host would answer otherwise."""
+        failure: _HostFailedError | None = None
+        for host in self._hosts.allowed():
+            try:
+                response, first, events = await self._attempt(host, data, headers, stream)
+            except _HostFailedError as failed:
+                self._hosts.failed(host)
+                failure = failed
+                continue
+            except (GatewayError, _RetryableError):
+                self._hosts.answered(host)  # the host answered: it is up, the request or the account is not
+                raise
+            except BaseException:
+                self._hosts.released(host)
+                raise
+            self._hosts.answered(host)
+            return host, response, first, events
+        if failure is not None:
+            raise failure
+        seconds = self._hosts.retry_after_seconds()
+        raise LLMUnavailableError(
+            f"every chat upstream host is failing; retry in {seconds} s", headers={"Retry-After": str(seconds)}
+        )
+
+    async def _attempt(
+        self, host: LLMHost, data: bytes, headers: dict[str, str], stream: bool
+    ) -> tuple[aiohttp.ClientResponse, str | None, AsyncGenerator[str, None]]:
+        """The response, and for a stream its first payload (None: [DONE] came first) and the payloads after it."""
         try:
-            response = await self._pool.get().post(self._url, data=data, headers=headers)
+            response = await host.pool.get().post(host.chat_url, data=data, headers=headers)
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
-            metrics.LLM_ERRORS.labels(reason="timeout").inc()
-            raise _RetryableError(LLMTimeoutError("chat upstream did not answer in time")) from exc
+            metrics.LLM_ERRORS.labels(reason="timeout", host=host.name).inc()
+            raise _HostFailedError(LLMTimeoutError("chat upstream did not answer in time")) from exc
         except aiohttp.ClientError as exc:
-            metrics.LLM_ERRORS.labels(reason="connection").inc()
-            raise _RetryableError(LLMUnavailableError(f"chat upstream unreachable: {type(exc).__name__}")) from exc
-        if response.status < 400:
-            return response
-        error = await _error_of(response, self._settings.api_key)
-        response.close()
-        metrics.LLM_ERRORS.labels(reason=str(response.status)).inc()
-        if response.status in RETRYABLE_STATUS:
-            raise _RetryableError(error, response.headers.get("retry-after"))
-        raise error
+            metrics.LLM_ERRORS.labels(reason="connection", host=host.name).inc()
+            raise _HostFailedError(LLMUnavailableError(f"chat upstream unreachable: {type(exc).__name__}")) from exc
+        if response.status >= 400:
+            error = await _error_of(response, self._settings.api_key)
+            response.close()
+            metrics.LLM_ERRORS.labels(reason=str(response.status), host=host.name).inc()
+            if response.status >= 500:
+                raise _HostFailedError(error, response.headers.get("retry-after"))
+            if response.status == 429:
+                raise _RetryableError(error, response.headers.get("retry-after"))
+            raise error
+        if not stream:
+            return response, None, _nothing()
+        events = _events(response, host.name)
+        try:
+            first = await anext(events, None)
+        except (LLMUpstreamError, LLMTimeoutError) as exc:  # it broke or stalled before its first chunk
+            response.close()
+            raise _HostFailedError(exc) from exc
+        except BaseException:
+            await events.aclose()
+            response.close()
+            raise
+        return response, first, events
 
     def _backoff(self, attempt: int, retry_after: str | None) -> float:
         seconds = retry_after_seconds(retry_after)
@@ -219,7 +277,20 @@ class LLMClient:
         return base + _jitter.uniform(0.0, base)
 
 
-async def _events(response: aiohttp.ClientResponse) -> AsyncGenerator[str, None]:
+async def _prepend(first: str | None, rest: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
+    """`first` (unless None), then `rest`."""
+    if first is not None:
+        yield first
+    async for item in rest:
+        yield item
+
+
+async def _nothing() -> AsyncGenerator[str, None]:
+    return
+    yield  # an async generator that yields nothing
+
+
+async def _events(response: aiohttp.ClientResponse, host: str) -> AsyncGenerator[str, None]:
     """`data:` payloads of an SSE body. Lines are decoded whole, so a character split across network
     writes arrives whole."""
     lines = aiter(response.content)
@@ -233,10 +304,13 @@ async def _events(response: aiohttp.ClientResponse) -> AsyncGenerator[str, None]
                 await _drain(lines)
                 return
             yield data
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # ValueError: a line past read_bufsize
-        metrics.LLM_ERRORS.labels(reason="stream_broken").inc()
+    except TimeoutError as exc:  # aiohttp's read timeout: nothing for first_byte_timeout_seconds
+        metrics.LLM_ERRORS.labels(reason="timeout", host=host).inc()
+        raise LLMStreamStalledError("chat upstream stream stalled: no chunk in time") from exc
+    except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a line past read_bufsize
+        metrics.LLM_ERRORS.labels(reason="stream_broken", host=host).inc()
         raise LLMStreamBrokenError(f"chat upstream stream broke: {type(exc).__name__}") from exc
-    metrics.LLM_ERRORS.labels(reason="stream_broken").inc()
+    metrics.LLM_ERRORS.labels(reason="stream_broken", host=host).inc()
     raise LLMStreamBrokenError("chat upstream stream ended without [DONE]")
 
 

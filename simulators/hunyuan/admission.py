@@ -52,6 +52,15 @@ class Admission:
         self._random_failure(config)
         self.stats.admit()
 
+    def stream_drop(self) -> int | None:
+        """After how many chunks this stream is cut (None: it is not), counting down `drop_streams`."""
+        config = self.config
+        if config.drop_stream_after_chunks is None or config.drop_streams == 0:
+            return None
+        if config.drop_streams is not None:
+            config.drop_streams -= 1
+        return config.drop_stream_after_chunks
+
     def _enforce_quota(self, quota: int | None, now: float) -> None:
         while self._window and self._window[0] <= now - 1.0:
             self._window.popleft()

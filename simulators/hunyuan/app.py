@@ -78,6 +78,7 @@ async def chat_completions(request: Request) -> Response:
     simulator.admit(now)
     simulator.stats.responses_by_status[200] += 1
     if payload.get("stream"):
+        config.drop_stream_after_chunks = simulator.stream_drop()
         return SimulatedStream(events(reply, config), simulator.stats)
     return await complete(reply, config, simulator.stats)
 

@@ -50,6 +50,7 @@ class SimulatorConfig:
     seed: int = 0  # seeds the random failures (changing it reseeds)
     fail_next: list[int] = field(default_factory=list)  # statuses for the next requests, popped in order (200: pass)
     drop_stream_after_chunks: int | None = None  # close streams abruptly after N chunks, never sending [DONE]
+    drop_streams: int | None = None  # how many of the next streams drop so (counted down); None: every one
     split_utf8: bool = False  # split each multi-byte character's bytes across two network writes
     split_pause_seconds: float = 0.02  # pause between the two halves, so the client reads them separately
     reply: str | ReplyFunction | None = None  # fixed text or messages -> text; None: echo of the last user message

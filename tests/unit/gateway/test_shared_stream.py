@@ -143,3 +143,48 @@ def test_an_abandoned_stream_is_forgotten_once_and_a_late_follower_gets_an_error
         assert forgotten == [shared]
 
     asyncio.run(scenario())
+
+
+def test_requests_arriving_while_a_stream_opens_follow_it_or_get_its_error() -> None:
+    from gateway.errors import UpstreamTimeoutError
+    from gateway.services.shared_stream import SharedStreams
+
+    async def scenario() -> None:
+        streams = SharedStreams()
+        opened = asyncio.Event()
+        opens: list[str] = []
+
+        async def open_failing() -> AsyncGenerator[str, None]:
+            opens.append("failing")
+            await opened.wait()
+            raise UpstreamTimeoutError("no first chunk in time")
+
+        async def open_working() -> AsyncGenerator[str, None]:
+            opens.append("working")
+            await opened.wait()
+            source = Source(1)
+            source.step()
+            return source.chunks()
+
+        first = asyncio.ensure_future(streams.follow("k", open_failing))
+        await settle()
+        waiter = asyncio.ensure_future(streams.follow("k", open_working))
+        await settle()
+        opened.set()
+        for request in (first, waiter):  # the opener's status is the waiter's; the waiter opened nothing
+            with pytest.raises(UpstreamTimeoutError):
+                await request
+        assert opens == ["failing"]
+
+        opened.clear()
+        leaving = asyncio.ensure_future(streams.follow("k", open_failing))
+        await settle()
+        follower = asyncio.ensure_future(streams.follow("k", open_working))
+        await settle()
+        leaving.cancel()  # the opening client went away: the waiter opens the stream itself
+        await settle()
+        opened.set()
+        batches = [batch async for batch in await follower]
+        assert batches == [["c0"]] and opens == ["failing", "failing", "working"]
+
+    asyncio.run(scenario())

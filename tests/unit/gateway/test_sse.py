@@ -1,4 +1,4 @@
-"""Server-sent events: one write per batch of payloads, errors as a final event, always [DONE]."""
+"""Server-sent events: one write per batch of payloads, [DONE] at a good end, an error as the last event."""
 
 from __future__ import annotations
 
@@ -23,12 +23,22 @@ def test_each_batch_is_one_text_of_events_and_the_stream_ends_with_done() -> Non
     assert texts == ['data: {"n":1}\n\n', 'data: {"n":2}\n\ndata: {"n":3}\n\n', sse.DONE]
 
 
-def test_an_error_after_the_first_batch_becomes_an_error_event_before_done() -> None:
+def test_an_error_after_the_first_batch_becomes_the_last_event_with_no_done() -> None:
     async def failing() -> AsyncGenerator[str, None]:
         yield '{"n":1}'
         raise UpstreamUnavailableError("chat upstream unavailable")
 
     texts = asyncio.run(collect(sse.encode_stream(failing())))
-    assert texts[0] == 'data: {"n":1}\n\n' and texts[-1] == sse.DONE
+    assert texts[0] == 'data: {"n":1}\n\n' and len(texts) == 2 and sse.DONE not in texts
     error = json.loads(texts[1].removeprefix("data: "))["error"]
     assert error["message"] == "chat upstream unavailable"
+
+
+def test_an_unexpected_failure_is_an_internal_error_event_with_no_done() -> None:
+    async def failing() -> AsyncGenerator[list[str], None]:
+        yield ['{"n":1}']
+        raise RuntimeError("a bug")
+
+    texts = asyncio.run(collect(sse.encode_batches(failing())))
+    assert len(texts) == 2 and sse.DONE not in texts
+    assert json.loads(texts[1].removeprefix("data: "))["error"]["message"] == "internal error"
