@@ -195,8 +195,11 @@ class Upstream:
         if self.down:
             raise UpstreamUnavailableError("fal answered 503")
         self.submitted.append(arguments)
-        base = f"https://queue.fal.run/pika/requests/{len(self.submitted)}"
-        return FalSubmission(str(len(self.submitted)), f"{base}/status", base, f"{base}/cancel")
+        return self.submission_of(str(len(self.submitted)))
+
+    def submission_of(self, request_id: str) -> FalSubmission:
+        base = f"https://queue.fal.run/pika/requests/{request_id}"
+        return FalSubmission(request_id, f"{base}/status", base, f"{base}/cancel")
 
     async def status(self, submission_or_status_url: FalSubmission | str) -> FalStatus:
         return FalStatus("IN_PROGRESS")
@@ -210,7 +213,8 @@ class Upstream:
 
 
 async def submitted(store: StoreCalls, runner: VideoTaskRunner, task: Task, leased_at: float | None) -> Task:
-    """Create `task` as the submit route does (with the runner's lease), queue it, and wait for its first save."""
+    """Create `task` as the submit route does (with the runner's lease), queue it, and wait for the record of its
+    submit's outcome (the second save; the first records the attempt before the call)."""
     lease = runner.submitter.submit_lease(task.id)
     assert await store.create(task, lease if leased_at is not None else None) == (task, True)
     if leased_at is None:
@@ -218,7 +222,7 @@ async def submitted(store: StoreCalls, runner: VideoTaskRunner, task: Task, leas
     else:
         runner.submitter.enqueue_created(task, leased_at)
     async with asyncio.timeout(5):
-        while "save" not in store.calls:
+        while store.calls.count("save") < 2:
             await asyncio.sleep(0.001)
     stored = await store.store.get(task.id)
     assert stored is not None
@@ -247,7 +251,7 @@ def test_the_replica_that_created_a_task_submits_it_without_another_lease_or_rea
         await runner.aclose()
         assert stored.state == R and stored.upstream_request_id == "1" and upstream.submitted == [task.arguments]
         first_steps = [] if lease_age == "fresh" else ["acquire_lease", "get"]
-        assert store.calls == ["create", *first_steps, "save"]
+        assert store.calls == ["create", *first_steps, "save", "save"]  # the attempt, then its outcome
         assert not await store.acquire_lease(f"submit:{task.id}", "replica-2", 30)  # still held: it lapses
         await store.aclose()
 
@@ -272,7 +276,7 @@ def test_a_task_left_pending_by_a_failed_submit_gets_its_lease_released(tmp_path
             await asyncio.sleep(0.001)
         await runner.aclose()
         assert stored.state == P and stored.submit_attempts == 1 and stored.next_attempt_at is not None
-        assert store.calls == ["create", "save", "release_lease"]
+        assert store.calls == ["create", "save", "save", "release_lease"]
         assert await store.acquire_lease(f"submit:{task.id}", "replica-2", 30)  # free for any replica's retry
         await store.aclose()
 
@@ -312,14 +316,15 @@ class SlowCancels(Upstream):
 
 
 class BrokenSaves(StoreCalls):
-    """Saves fail (the store is down), or with `hang`, never return (a store that hangs)."""
+    """Saves after the first (the record of the submit attempt) fail (the store is down), or with `hang`,
+    never return (a store that hangs)."""
 
     def __init__(self, store: SqliteTaskStore, *, hang: bool = False) -> None:
         super().__init__(store)
         self.hang = hang
 
     def __getattr__(self, name: str) -> Any:
-        if name != "save":
+        if name != "save" or "save" not in self.calls:
             return super().__getattr__(name)
 
         async def broken(*args: Any, **kwargs: Any) -> Any:
@@ -372,7 +377,7 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
         if taken_over:
             assert await store.acquire_lease(lease.name, "replica-2", 30)
         quota.gate.set()
-        await until(lambda: store.calls[-1] == ("release_lease" if taken_over else "save"))
+        await until(lambda: "release_lease" in store.calls if taken_over else store.calls.count("save") == 2)
         await runner.aclose()
         stored = await store.store.get(task.id)
         assert stored is not None
@@ -381,7 +386,7 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
             assert store.calls == ["create", "acquire_lease", "acquire_lease", "release_lease"]
         else:
             assert upstream.submitted == [task.arguments] and stored.state == R
-            assert store.calls == ["create", "acquire_lease", "get", "save"]
+            assert store.calls == ["create", "acquire_lease", "get", "save", "save"]
         await store.aclose()
 
     asyncio.run(scenario())
@@ -400,7 +405,7 @@ def test_the_submit_lease_is_renewed_while_a_slow_upstream_call_runs(tmp_path: P
         for _ in range(4):  # 0.4 s into the call: past the lease more than twice over
             await asyncio.sleep(0.1)
             assert not await store.store.acquire_lease(lease.name, "replica-2", 30)
-        await until(lambda: "save" in store.calls)
+        await until(lambda: store.calls.count("save") == 2)
         await runner.aclose()
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == R and upstream.submitted == [task.arguments]
@@ -446,12 +451,13 @@ def test_a_job_whose_acceptance_cannot_be_recorded_is_cancelled(tmp_path: Path, 
         upstream = SlowCancels()
         runner = await started_runner(store, upstream)
         task = await created(store, runner)
-        await until(lambda: "save" in store.calls)
+        await until(lambda: store.calls.count("save") == 2)
         if not hang:
             await until(lambda: upstream.cancelled)
         await runner.aclose(drain_seconds=0.1)  # a hanging record never comes: cut off after the drain
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == P and stored.upstream_request_id is None
+        assert stored.attempt == 1 and stored.submitting_since is not None  # recorded before the call
         assert upstream.submitted == [task.arguments]
         assert upstream.cancelled == ["https://queue.fal.run/pika/requests/1/cancel"]
         await store.aclose()
