@@ -7,6 +7,7 @@ so the answer never waits for the upstream. Every state change goes through `Tas
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -167,11 +168,13 @@ class VideoService:
                 if not _awaits(current, attempt):
                     outcome = "stale"  # a job this task does not track: an earlier attempt's, or a lost answer's
                     return None
-                current, outcome = self._submitter.adopt(current, request_id), "adopted"
+                adopted = self._submitter.adopt(current, request_id)
+                outcome = "adopted"
+                new = self._applied(adopted, webhook) or adopted
+                return dataclasses.replace(new, version=current.version + 1)  # one write: one version up
             if current.state.terminal:
                 return None
-            if outcome != "adopted":
-                outcome = "applied"
+            outcome = "applied"
             return self._applied(current, webhook)
 
         task, changed = await self._ledger.change(task_id, decide, known=task)

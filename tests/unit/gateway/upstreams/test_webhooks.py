@@ -383,7 +383,7 @@ def test_a_jwks_host_that_accepts_and_never_answers_holds_a_webhook_no_longer_th
         verifier = FalWebhookVerifier(f"http://127.0.0.1:{port}/jwks", timeout_seconds=0.3, clock=Clock())
         started = asyncio.get_running_loop().time()
         async with verifier:
-            with pytest.raises(WebhookKeysUnavailableError, match="did not answer within 0.3 s"):
+            with pytest.raises(WebhookKeysUnavailableError, match=r"did not answer within 0\.3 s"):
                 await verifier.verify(_headers(key), BODY)
         held = asyncio.get_running_loop().time() - started
         assert accepted, "the JWKS host was never reached"
