@@ -64,6 +64,7 @@ def test_sigkill_with_20_tasks_in_flight_then_restart_finishes_every_task(
         PIKA_MAX_CONCURRENT_SUBMITS="2",
         PIKA_SUBMITS_PER_SECOND="10",  # 20 tasks take ~2 s to submit: some are still pending at the kill
         PIKA_TASK_TIMEOUT_SECONDS="60",
+        PIKA_UNKNOWN_SUBMIT_WAIT_SECONDS="3",  # the lost jobs' webhooks are given up while the process is down
     )
     first = gateways.create("first", port, variables).start()
     stats = pika_simulator.stats
@@ -107,8 +108,9 @@ def test_sigkill_with_20_tasks_in_flight_then_restart_finishes_every_task(
         )
     assert Counter(task["status"] for task in tasks.values())["completed"] == 20, f"{tasks}\n{diagnostics()}"
     # A submit in flight when the process died may have reached the simulator without its answer reaching the
-    # store: the task is still pending in the store and the new process submits it again (at-least-once
-    # submission; the orphaned job's webhook then names a request id the task no longer tracks: "stale").
+    # store: the task is still pending with a call of unknown outcome. Its job's webhook was given up while the
+    # process was down, so after PIKA_UNKNOWN_SUBMIT_WAIT_SECONDS the new process submits it again
+    # (test_video_submit_crash.py has fal retry its webhooks as long as it does, and no task runs twice).
     assert stats.submitted >= 20, diagnostics()
     assert stats.submitted <= 20 + 2, f"more resubmissions than submits in flight at the kill\n{diagnostics()}"
     by_polling = metric(http, second.base_url, "gateway_image_tasks_completed_by_polling_total")

@@ -20,7 +20,7 @@ from gateway.services.video_steps import RunnerConfig, backoff
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
-from gateway.upstreams.fal import FalStatus, FalSubmission, pika_arguments, result_urls
+from gateway.upstreams.fal import FalStatus, FalSubmission, VideoTimeoutError, pika_arguments, result_urls
 from gateway.upstreams.webhooks import WebhookUrls
 
 P, R, C, F, X = (
@@ -460,6 +460,77 @@ def test_a_job_whose_acceptance_cannot_be_recorded_is_cancelled(tmp_path: Path, 
         assert stored.attempt == 1 and stored.submitting_since is not None  # recorded before the call
         assert upstream.submitted == [task.arguments]
         assert upstream.cancelled == ["https://queue.fal.run/pika/requests/1/cancel"]
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+class RecordingUpstream(Upstream):
+    """Records the webhook URL of each submit; `timeout` makes a submit time out (its outcome unknown)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.webhook_urls: list[str | None] = []
+        self.timeout = False
+
+    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
+        self.webhook_urls.append(webhook_url)
+        if self.timeout:
+            raise VideoTimeoutError("image upstream did not answer in time")
+        return await super().submit(arguments, webhook_url)
+
+
+@pytest.mark.parametrize("call_age", [1.0, 31.0], ids=["within-the-wait", "after-the-wait"])
+def test_a_task_whose_last_submit_outcome_is_unknown_waits_for_its_webhook_before_a_new_attempt(
+    tmp_path: Path, call_age: float
+) -> None:
+    """A replica died during attempt 1 (recorded, never answered): the next one leaves the task until 30 s after
+    that call began (its job's webhook may still adopt it), then submits attempt 2 with its own webhook URL."""
+
+    async def scenario() -> None:
+        store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        upstream = RecordingUpstream()
+        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+        config = RunnerConfig(scan_interval_seconds=60, unknown_submit_wait_seconds=30.0)
+        urls = WebhookUrls("https://gw.example/v1/callbacks/pika", None)
+        runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), urls, config, owner="replica-2")
+        await runner.start()
+        now = time.time()
+        began = now - call_age
+        task = new_task(created_at=began, updated_at=began, deadline_at=now + 60, attempt=1, submitting_since=began)
+        await store.create(task)
+        runner.submitter.enqueue(task.id)
+        # Within the wait: the new due time saved and the lease released; after it: the attempt and its answer.
+        await until(lambda: "release_lease" in store.calls if call_age < 30 else store.calls.count("save") == 2)
+        await runner.aclose()
+        stored = await store.store.get(task.id)
+        assert stored is not None
+        if call_age < 30:
+            assert upstream.submitted == [] and stored.state == P
+            assert stored.next_attempt_at == pytest.approx(began + 30.0)  # the scanner looks again then
+        else:
+            assert stored.state == R and stored.attempt == 2 and stored.submitting_since is None
+            assert upstream.webhook_urls == [
+                f"https://gw.example/v1/callbacks/pika/{task.id}?attempt=2&token={urls.token(task.id, 2)}"
+            ]
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_submit_that_times_out_keeps_its_attempt_open_for_the_wait(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        upstream = RecordingUpstream()
+        upstream.timeout = True
+        runner = await started_runner(store, upstream, unknown_submit_wait_seconds=30.0)
+        task = await created(store, runner)
+        await until(lambda: "release_lease" in store.calls)
+        await runner.aclose()
+        stored = await store.store.get(task.id)
+        assert stored is not None and stored.state == P and stored.attempt == 1
+        assert stored.submitting_since is not None  # fal may have the job: its webhook may still come
+        assert stored.next_attempt_at is not None and stored.next_attempt_at >= stored.submitting_since + 30.0
         await store.aclose()
 
     asyncio.run(scenario())
