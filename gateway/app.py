@@ -103,7 +103,11 @@ async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
             )
         )
         verifier = await stack.enter_async_context(
-            FalWebhookVerifier(config.webhook_jwks_url, tolerance_seconds=config.webhook_tolerance_seconds)
+            FalWebhookVerifier(
+                config.webhook_jwks_url,
+                tolerance_seconds=config.webhook_tolerance_seconds,
+                timeout_seconds=config.webhook_jwks_timeout_seconds,
+            )
         )
         quota = build_limiter(
             QuotaConfig(
@@ -129,6 +133,7 @@ async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
             lease_seconds=tasks.lease_seconds,
             scan_interval_seconds=tasks.scan_interval_seconds,
             max_concurrent_submits=config.max_concurrent_submits,
+            unknown_submit_wait_seconds=config.unknown_submit_wait_seconds if public_url else 0.0,
         )
         ledger = TaskLedger(store, retention_seconds=tasks.retention_seconds)
         runner = VideoTaskRunner(ledger, client, quota, webhook_urls, runner_config, owner=owner)

@@ -105,9 +105,13 @@ VIDEO_SUBMIT_LATENCY = Histogram(
 )
 VIDEO_UPSTREAM_SUBMITS = Counter(
     "gateway_image_upstream_submits_total", "Submissions to the image upstream by result.", ["result"]
-)  # result: accepted | retry | rejected
+)  # result: accepted | retry | rejected | unknown (cut off: the upstream may have the job; see video_submitter.py)
 VIDEO_CALLBACKS = Counter("gateway_image_callbacks_total", "Webhook calls received, by result.", ["result"])
-# result: applied | duplicate | stale | rejected | unknown_task
+# result: applied | adopted (the job of a submit whose answer was lost) | duplicate | stale | rejected (signature)
+# | bad_token (wrong or missing URL token: refused before anything else) | unknown_task
+VIDEO_ORPHAN_JOBS = Counter(
+    "gateway_image_orphan_jobs_total", "Upstream jobs found running for a task that tracks another one; cancelled."
+)
 VIDEO_TASKS_COMPLETED_BY_POLLING = Counter(
     "gateway_image_tasks_completed_by_polling_total", "Tasks whose webhook never came: their end was found by polling."
 )

@@ -297,6 +297,21 @@ class VideoSettings(BaseSettings):
     webhook_tolerance_seconds: float = Field(
         300.0, description="Webhooks whose timestamp is further off than this are refused (replay protection)."
     )
+    webhook_jwks_timeout_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="Deadline of a whole JWKS fetch (only webhooks with their URL token cause one); a webhook "
+        "waits for it, and gets 503 (fal retries) when it passes.",
+    )
+    unknown_submit_wait_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="With webhooks (GATEWAY_PUBLIC_URL), how long a task whose submit call was cut off (the "
+        "gateway died during it, or it timed out) waits for its job's webhook before it is submitted again. "
+        "Longer: fewer paid duplicates when fal had the job (its webhook adopts it); shorter: a submit that "
+        "never reached fal is retried sooner. A job whose webhook comes later is cancelled. Without webhooks "
+        "nothing can reveal such a job and the task is submitted again once its lease lapses.",
+    )
     task_timeout_seconds: float = Field(
         120.0, description="A task not finished this long after it was accepted fails with reason 'timeout'."
     )

@@ -16,7 +16,12 @@ from localtriton.ports import free_port
 from localtriton.server import TritonProcess
 from tests.helpers.checkout import ROOT, copy_tracked_repository
 
-pytest_plugins = ["tests.helpers.redis_fixtures", "tests.helpers.hunyuan_fixtures", "tests.helpers.pika_fixtures"]
+pytest_plugins = [
+    "tests.helpers.redis_fixtures",
+    "tests.helpers.hunyuan_fixtures",
+    "tests.helpers.pika_fixtures",
+    "tests.helpers.gateway_processes",
+]
 
 # What `make export` and localtriton read, besides every variable of the gateway's settings.
 TOOL_VARIABLES = ("MODEL", "TRITON_HTTP_PORT", "TRITON_GRPC_PORT", "TRITON_METRICS_PORT")

@@ -1,8 +1,8 @@
 """POST /v1/callbacks/pika/{task_id}: fal's webhook for a Pika job, authenticated by its signature.
 
 This route takes no API key (fal cannot send one); `ApiKeyMiddleware` exempts `CALLBACK_PREFIX` and
-the service verifies fal's Ed25519 signature over the raw body instead, and the `token` that the job's
-webhook URL carries (`gateway.upstreams.webhooks.WebhookUrls`).
+the service checks the `token` that the job's webhook URL carries (`gateway.upstreams.webhooks.WebhookUrls`),
+then fal's Ed25519 signature over the raw body.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ async def pika_callback(
     task_id: str,
     request: Request,
     token: str = Query("", description="The token of the webhook URL the job was submitted with."),
+    attempt: int | None = Query(None, description="The submit attempt the job's webhook URL was minted for."),
 ) -> JSONResponse:
     body = await request.body()
-    task = await video(request).handle_callback(task_id, request.headers, body, token)
+    task = await video(request).handle_callback(task_id, request.headers, body, token, attempt)
     return JSONResponse({"received": True, "task_id": task.id, "status": task.state.value})
 
 

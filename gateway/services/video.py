@@ -7,6 +7,7 @@ so the answer never waits for the upstream. Every state change goes through `Tas
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -24,7 +25,7 @@ from gateway.services.video_submitter import VideoSubmitter
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.upstreams.fal import KEY_ENV, VideoNotConfiguredError, pika_arguments, result_urls
-from gateway.upstreams.webhooks import WebhookSignatureError, WebhookUrls
+from gateway.upstreams.webhooks import WebhookRefusals, WebhookSignatureError, WebhookUrls
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class VideoService:
         self._reaper = reaper
         self._verifier = verifier
         self._webhook_urls = webhook_urls
+        self._refusals = WebhookRefusals()
         self._configured = configured
         self._timeout = task_timeout_seconds
         self._max_prompt_chars = max_prompt_chars
@@ -131,46 +133,67 @@ class VideoService:
                     yield current
                 task = current
 
-    async def handle_callback(self, task_id: str, headers: Mapping[str, str], body: bytes, token: str) -> Task:
-        """Apply a verified webhook that came to the URL its job was submitted with (`token`). Duplicates, late
-        copies and calls about an older submission change nothing."""
+    async def handle_callback(
+        self, task_id: str, headers: Mapping[str, str], body: bytes, token: str, attempt: int | None = None
+    ) -> Task:
+        """Apply a verified webhook that came to the URL its job was submitted with (`token`, `attempt`).
+
+        The token is checked first (local, constant time): a call without it causes no outbound call (no JWKS
+        fetch) and no log line of its own. The job of an attempt whose submit answer was lost is adopted; a job
+        the task does not track (an earlier attempt's) is cancelled. Duplicates and late copies change nothing."""
+        try:
+            self._webhook_urls.verify(task_id, token, attempt)
+        except WebhookSignatureError:
+            metrics.VIDEO_CALLBACKS.labels(result="bad_token").inc()
+            self._refusals.refused()
+            raise
         try:
             await self._verifier.verify(headers, body)
         except Exception as exc:
             _reject(task_id, exc)
             raise
         webhook = _webhook(body)
-        request_id = {name.lower(): value for name, value in headers.items()}.get("x-fal-webhook-request-id")
+        request_id = {name.lower(): value for name, value in headers.items()}.get("x-fal-webhook-request-id", "")
         try:
             task = await self._ledger.get(task_id)
         except Exception:
             metrics.VIDEO_CALLBACKS.labels(result="unknown_task").inc()
             raise
-        try:
-            self._webhook_urls.verify(task_id, token)
-        except WebhookSignatureError as exc:
-            _reject(task_id, exc)
-            raise
-        if task.upstream_request_id is not None and request_id != task.upstream_request_id:
-            metrics.VIDEO_CALLBACKS.labels(result="stale").inc()  # from a submission this task no longer tracks
-            return task
+        outcome = "duplicate"
 
         def decide(current: Task) -> Task | None:
+            nonlocal outcome
+            outcome = "duplicate"
+            if current.upstream_request_id != request_id:
+                if not _awaits(current, attempt):
+                    outcome = "stale"  # a job this task does not track: an earlier attempt's, or a lost answer's
+                    return None
+                adopted = self._submitter.adopt(current, request_id)
+                outcome = "adopted"
+                new = self._applied(adopted, webhook) or adopted
+                return dataclasses.replace(new, version=current.version + 1)  # one write: one version up
             if current.state.terminal:
                 return None
-            if webhook["status"] == "OK":
-                payload = webhook.get("payload")
-                if not isinstance(payload, dict):
-                    # fal sends `"payload": null` (with `payload_error`) when it could not attach the output;
-                    # the output is still at the job's response URL: poll it now rather than end with nothing.
-                    return _poll_now(current, self._ledger.clock())
-                return self._ledger.ended(current, TaskState.COMPLETED, result=payload, completed_by="callback")
-            message = str(webhook.get("error") or "the upstream reported an error")
-            return self._ledger.failed(current, "upstream_error", message, completed_by="callback")
+            outcome = "applied"
+            return self._applied(current, webhook)
 
         task, changed = await self._ledger.change(task_id, decide, known=task)
-        metrics.VIDEO_CALLBACKS.labels(result="applied" if changed else "duplicate").inc()
+        metrics.VIDEO_CALLBACKS.labels(result=outcome if changed or outcome == "stale" else "duplicate").inc()
+        if outcome == "stale" and request_id:
+            self._reaper.cancel_orphan(task_id, request_id)
         return task
+
+    def _applied(self, task: Task, webhook: dict[str, Any]) -> Task | None:
+        """`task` (tracking the webhook's job) with the webhook's outcome."""
+        if webhook["status"] == "OK":
+            payload = webhook.get("payload")
+            if not isinstance(payload, dict):
+                # fal sends `"payload": null` (with `payload_error`) when it could not attach the output;
+                # the output is still at the job's response URL: poll it now rather than end with nothing.
+                return _poll_now(task, self._ledger.clock())
+            return self._ledger.ended(task, TaskState.COMPLETED, result=payload, completed_by="callback")
+        message = str(webhook.get("error") or "the upstream reported an error")
+        return self._ledger.failed(task, "upstream_error", message, completed_by="callback")
 
     async def ready(self) -> bool:
         try:
@@ -226,7 +249,8 @@ def public_task(task: Task) -> TaskObject:
 
 def _reject(task_id: str, error: Exception) -> None:
     """Count and log a refused webhook, so that a misconfigured signing key or callback URL shows up in the
-    logs and not only as tasks that finish late by polling. The reason is ours: no token or signature."""
+    logs and not only as tasks that finish late by polling. Only calls with the URL token get here (fal's,
+    or someone who has the URL), so a line each cannot be used to fill the log. The reason is ours."""
     metrics.VIDEO_CALLBACKS.labels(result="rejected").inc()
     log.warning("webhook for task %s refused: %s", task_id, error)
 
@@ -237,6 +261,14 @@ def _visible(task: Task) -> dict[str, Any]:
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _awaits(task: Task, attempt: int | None) -> bool:
+    """Whether `task` waits for the answer of submit `attempt` (None: a URL from before attempts were numbered),
+    so that a webhook for that attempt names its job."""
+    if task.state != TaskState.PENDING or task.upstream_request_id is not None:
+        return False
+    return attempt is None or (attempt == task.attempt and task.submitting_since is not None)
 
 
 def _poll_now(task: Task, now: float) -> Task | None:

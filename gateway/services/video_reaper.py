@@ -8,6 +8,7 @@ import logging
 from contextlib import suppress
 from typing import Protocol
 
+from gateway import metrics
 from gateway.errors import GatewayError
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_steps import TaskSteps
@@ -20,6 +21,8 @@ PURGE_EVERY_SECONDS = 60.0
 
 
 class CancelQueue(Protocol):
+    def submission_of(self, request_id: str) -> FalSubmission: ...
+
     async def cancel(self, cancel_url: str) -> bool: ...
 
 
@@ -56,6 +59,13 @@ class VideoReaper:
 
     def cancel_job(self, task_id: str, cancel_url: str) -> None:
         self._steps.spawn(self._cancel(task_id, cancel_url))
+
+    def cancel_orphan(self, task_id: str, request_id: str) -> None:
+        """Cancel a job of `task_id` that the task does not track (an earlier attempt's, found by its webhook):
+        one that is still running stops costing; one that has ended answers that it has."""
+        metrics.VIDEO_ORPHAN_JOBS.inc()
+        log.info("cancelling an untracked upstream job", extra={"task_id": task_id, "request_id": request_id})
+        self.cancel_job(task_id, self._upstream.submission_of(request_id).cancel_url)
 
     def stop_if_untracked(self, task_id: str, submission: FalSubmission) -> None:
         """The record of an accepted submission failed (store down, or cut off): the task stays pending and is

@@ -36,6 +36,9 @@ class RunnerConfig:
     max_concurrent_submits: int = 4
     retry_initial_seconds: float = 1.0
     retry_max_seconds: float = 30.0
+    # A task whose submit call was cut off (crash, timeout) waits this long for the job's webhook before it is
+    # submitted again; 0 without webhooks, where nothing can reveal the job.
+    unknown_submit_wait_seconds: float = 0.0
 
 
 class TaskSteps:

@@ -5,11 +5,19 @@ The replica that accepts a task creates it together with its submit lease and qu
 (`enqueue_created`), so it submits at once with no read; the scanner queues the tasks of other (or
 dead) replicas that fall due. Only a pending task is ever submitted, and an accepted job whose record
 did not stick is cancelled (`VideoReaper.stop_if_untracked`), so a task never runs twice at the upstream.
+
+fal's queue takes no idempotency key, so a submit whose answer is lost (the process dies during the call,
+or the call times out) leaves a job the task may never hear of. Each call is therefore recorded before it
+is made (`Task.attempt`, `Task.submitting_since`) and the attempt's number is in the job's webhook URL. A
+task found with an attempt of unknown outcome is not submitted again until `unknown_submit_wait_seconds`
+after that call began: the job's webhook, if fal has the job, adopts it meanwhile (`adopt`). A job of an
+attempt that is no longer current, found by its webhook later, is cancelled (`VideoService.handle_callback`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -24,7 +32,7 @@ from gateway.services.video_reaper import VideoReaper
 from gateway.services.video_steps import RunnerConfig, TaskSteps, backoff
 from gateway.tasks.base import Lease, TaskStoreError
 from gateway.tasks.model import Task, TaskState
-from gateway.upstreams.fal import FalSubmission
+from gateway.upstreams.fal import FalSubmission, VideoTimeoutError
 from gateway.upstreams.webhooks import WebhookUrls
 
 log = logging.getLogger(__name__)
@@ -34,6 +42,8 @@ SUBMIT_DRAIN_SECONDS = 5.0  # on close, for submits already at the upstream to r
 
 class SubmitQueue(Protocol):
     async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission: ...
+
+    def submission_of(self, request_id: str) -> FalSubmission: ...
 
 
 def _not_due(task: Task, now: float) -> bool:
@@ -128,6 +138,9 @@ class VideoSubmitter:
             if now >= task.deadline_at:
                 await self._reaper.time_out(task_id)
                 return
+            if task.submitting_since is not None and now < self._resume_at(task):
+                await self._ledger.change(task_id, self._wait_for_unknown, known=task)
+                return  # its job's webhook may still come and adopt it
             still_pending = (await self._submit_pending(task, lease, leased_at)).state == TaskState.PENDING
         finally:
             # Only a pending task is ever submitted: a lease on one that has moved on guards nothing, and
@@ -173,16 +186,24 @@ class VideoSubmitter:
 
     async def _submit_pending(self, task: Task, lease: Lease, leased_at: float) -> Task:
         """Submit `task` upstream under `lease` and record the outcome; the stored task afterwards."""
-        callback = self._webhook_urls.url(task.id)
+        callback = None
         try:
             async with self._quota.slot():  # its wait may outlast a lease: checked once a slot is free
                 current = await self._holding(task, lease, leased_at)
                 if current is None or current.state != TaskState.PENDING or _not_due(current, self._ledger.clock()):
                     return current or task
-                task = current
+                task, started = await self._ledger.change(task.id, self._start_attempt, known=current)
+                if not started:
+                    return task
+                callback = self._webhook_urls.url(task.id, task.attempt)
                 self._at_upstream.add(asyncio.current_task())  # type: ignore[arg-type]  # always in a task
                 async with self._renewing(lease):
                     submission = await self._upstream.submit(task.arguments, callback)
+        except VideoTimeoutError as exc:  # it may have reached the upstream: the job may exist
+            metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="unknown").inc()
+            log.warning("image task submit timed out, outcome unknown: %s", exc.message, extra={"task_id": task.id})
+            stored, _ = await self._ledger.change(task.id, self._retry_later, known=task)
+            return stored
         except (InvalidRequestError, NotFoundError) as exc:
             metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="rejected").inc()
             reason = exc.message
@@ -193,14 +214,14 @@ class VideoSubmitter:
         except GatewayError as exc:  # unavailable, timeout, quota, 5xx: try again later, until the deadline
             metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="retry").inc()
             log.warning("image task submit failed, will retry: %s", exc.message, extra={"task_id": task.id})
-            stored, _ = await self._ledger.change(task.id, self._retry_later, known=task)
+            stored, _ = await self._ledger.change(task.id, self._known_failure, known=task)
             return stored
         metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="accepted").inc()
         now = self._ledger.clock()
         wait = self._config.callback_grace_seconds if callback else self._config.poll_initial_seconds
         try:
             stored, _ = await self._ledger.change(
-                task.id, lambda t: self._accepted(t, submission, now, wait), known=task
+                task.id, lambda t: self._accepted(t, submission, now, wait, attempt=task.attempt), known=task
             )
         except BaseException:
             self._reaper.stop_if_untracked(task.id, submission)
@@ -211,9 +232,41 @@ class VideoSubmitter:
             self._reaper.cancel_job(task.id, submission.cancel_url)
         return stored
 
-    def _accepted(self, task: Task, submission: FalSubmission, now: float, wait: float) -> Task | None:
+    def adopt(self, task: Task, request_id: str) -> Task:
+        """`task`, pending on an attempt whose submit answer was lost, as if that answer had come: its job is
+        `request_id` (named by the job's webhook). The webhook is then applied to the result."""
+        now = self._ledger.clock()
+        return self._record(task, self._upstream.submission_of(request_id), now, self._config.callback_grace_seconds)
+
+    def _start_attempt(self, task: Task) -> Task | None:
+        """The record of a submit call about to be made, written before it (see the module docstring); the next
+        scan after a crash comes no sooner than the wait for its webhook, nor while its lease may be held."""
         if task.state != TaskState.PENDING:
-            return None  # cancelled, timed out, or already ended by an early webhook
+            return None
+        now = self._ledger.clock()
+        hold = max(self._config.unknown_submit_wait_seconds, self._config.lease_seconds)
+        return task.moved(
+            TaskState.PENDING, now, attempt=task.attempt + 1, submitting_since=now, next_attempt_at=now + hold
+        )
+
+    def _resume_at(self, task: Task) -> float:
+        """When a task whose last submit's outcome is unknown may be submitted again."""
+        return (task.submitting_since or 0.0) + self._config.unknown_submit_wait_seconds
+
+    def _wait_for_unknown(self, task: Task) -> Task | None:
+        if task.state != TaskState.PENDING or task.submitting_since is None:
+            return None
+        resume_at = self._resume_at(task)
+        if task.next_attempt_at is not None and task.next_attempt_at >= resume_at:
+            return None
+        return task.moved(TaskState.PENDING, self._ledger.clock(), next_attempt_at=resume_at)
+
+    def _accepted(self, task: Task, submission: FalSubmission, now: float, wait: float, *, attempt: int) -> Task | None:
+        if task.state != TaskState.PENDING or task.attempt != attempt:
+            return None  # cancelled, timed out, ended by an early webhook, or its attempt given up for a new one
+        return self._record(task, submission, now, wait)
+
+    def _record(self, task: Task, submission: FalSubmission, now: float, wait: float) -> Task:
         return task.moved(
             TaskState.PROCESSING,
             now,
@@ -223,13 +276,22 @@ class VideoSubmitter:
             cancel_url=submission.cancel_url,
             submitted_at=now,
             submit_attempts=task.submit_attempts + 1,
+            submitting_since=None,
             next_attempt_at=None,
             poll_after=now + wait,
         )
+
+    def _known_failure(self, task: Task) -> Task | None:
+        """The upstream answered the call with an error: no job was made, so the retry need not wait for one."""
+        if task.state != TaskState.PENDING:
+            return None
+        return self._retry_later(dataclasses.replace(task, submitting_since=None))
 
     def _retry_later(self, task: Task) -> Task | None:
         if task.state != TaskState.PENDING:
             return None
         now = self._ledger.clock()
         delay = backoff(self._config.retry_initial_seconds, self._config.retry_max_seconds, task.submit_attempts)
+        if task.submitting_since is not None:  # a job may exist: its webhook gets its time first
+            delay = max(delay, self._resume_at(task) - now)
         return task.moved(TaskState.PENDING, now, submit_attempts=task.submit_attempts + 1, next_attempt_at=now + delay)

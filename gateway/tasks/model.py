@@ -4,6 +4,9 @@
        │            │
        └────────────┴──────> failed | cancelled
 
+A submit call is recorded before it is made (`attempt`, `submitting_since`), so after a crash a task
+whose last call's outcome is unknown is not blindly submitted again (`VideoSubmitter`).
+
 States only move forward; a terminal task never changes again. Every saved change bumps
 `version`, and stores save with compare-and-set on it, so two replicas (or a webhook and a
 poller) racing on one task cannot both win.
@@ -75,6 +78,8 @@ class Task:
     response_url: str | None = None
     cancel_url: str | None = None
     submit_attempts: int = 0
+    attempt: int = 0  # the latest submit attempt started (its number is in the job's webhook URL)
+    submitting_since: float | None = None  # set, durably, before a submit call; cleared when its outcome is known
     next_attempt_at: float | None = None  # a pending task whose submission failed is retried from then
     submitted_at: float | None = None  # when the upstream accepted the job
     poll_after: float | None = None  # the next status poll is due then (no callback has come)

@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import quote
 
 import aiohttp
 from aiohttp.abc import AbstractResolver
@@ -148,6 +149,13 @@ class FalQueueClient:
 
     async def result(self, response_url: str) -> dict[str, Any]:
         return _json_object(await self._send("GET", response_url), "result")
+
+    def submission_of(self, request_id: str) -> FalSubmission:
+        """The URLs of job `request_id` known only by its id (from its webhook, when the submit answer was lost):
+        fal's queue addresses a request under the app (owner/name), not the endpoint path, as its answers do."""
+        app_id = "/".join(self._model_path.split("/")[:2])
+        base = f"{self._base_url}/{app_id}/requests/{quote(request_id, safe='')}"
+        return FalSubmission(request_id, f"{base}/status", base, f"{base}/cancel")
 
     async def cancel(self, cancel_url: str) -> bool:
         """True when fal accepted the cancellation, False when the request had already completed."""

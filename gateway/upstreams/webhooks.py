@@ -12,7 +12,8 @@ so httpx serves it (the hot upstream calls use aiohttp). `httpx.HTTPError` never
 
 The signature proves that fal sent a call, not that the job is ours: fal signs every webhook it sends, for
 any customer's job and to any URL. So each job is submitted with its own webhook URL (`WebhookUrls`), which
-carries a token minted and checked here.
+carries a token minted and checked here. The token is checked first, locally: a call without it is refused
+before its signature is looked at, so it never causes a JWKS fetch.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ TIMESTAMP_HEADER = "x-fal-webhook-timestamp"
 SIGNATURE_HEADER = "x-fal-webhook-signature"
 ROTATION_MIN_AGE_SECONDS = 300.0
 FAILED_FETCH_RETRY_SECONDS = 30.0
+JWKS_FETCH_TIMEOUT_SECONDS = 2.0  # the whole fetch; a webhook waits for it, and fal retries a 503
+REFUSAL_LOG_INTERVAL_SECONDS = 60.0
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +61,12 @@ class WebhookKeysUnavailableError(UpstreamUnavailableError):
 class WebhookUrls:
     """The webhook URL each job is submitted with, and the check that a webhook came to one of them.
 
-    The URL of task `t` is `{base_url}/{t}?token=...`, the token an HMAC of the task id: a webhook that
-    carries it came for a job this gateway submitted for that task. The key is derived from the fal key,
-    which every replica has, so no replica needs another secret (a new fal key voids the tokens of jobs in
-    flight; polling finishes those).
+    The URL of attempt `n` of task `t` is `{base_url}/{t}?attempt=n&token=...`, the token an HMAC of both: a
+    webhook that carries it came for a job this gateway submitted for that task, and names the attempt (so a
+    job whose submit answer was lost in a crash is recognised when its webhook comes). The key is derived
+    from the fal key, which every replica has, so no replica needs another secret (a new fal key voids the
+    tokens of jobs in flight; polling finishes those). URLs without `attempt` (jobs submitted before attempts
+    were numbered) carry the HMAC of the task id alone.
     """
 
     def __init__(self, base_url: str | None, fal_key: SecretStr | None) -> None:
@@ -69,18 +74,52 @@ class WebhookUrls:
         secret = fal_key.get_secret_value() if fal_key is not None else ""
         self._key = hashlib.sha256(b"ai-gateway webhook url\0" + secret.encode()).digest()
 
-    def url(self, task_id: str) -> str | None:
-        """The webhook URL to submit `task_id`'s job with; None when webhooks are off."""
-        return f"{self._base_url}/{task_id}?token={self.token(task_id)}" if self._base_url else None
+    @property
+    def enabled(self) -> bool:
+        return self._base_url is not None
 
-    def token(self, task_id: str) -> str:
-        return hmac.new(self._key, task_id.encode(), hashlib.sha256).hexdigest()[:32]
+    def url(self, task_id: str, attempt: int) -> str | None:
+        """The webhook URL to submit attempt `attempt` of `task_id`'s job with; None when webhooks are off."""
+        if not self._base_url:
+            return None
+        return f"{self._base_url}/{task_id}?attempt={attempt}&token={self.token(task_id, attempt)}"
 
-    def verify(self, task_id: str, token: str) -> None:
-        """Return when `token` is the one in `task_id`'s webhook URL; raise `WebhookSignatureError` otherwise."""
+    def token(self, task_id: str, attempt: int | None = None) -> str:
+        message = task_id if attempt is None else f"{task_id}#{attempt}"
+        return hmac.new(self._key, message.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def verify(self, task_id: str, token: str, attempt: int | None = None) -> None:
+        """Return when `token` is the one in the webhook URL of `task_id` (and `attempt`); raise
+        `WebhookSignatureError` otherwise. Local and constant time: checked before anything else."""
         # Compared as bytes: a URL may carry any text, and `compare_digest` takes str only when it is ASCII.
-        if not hmac.compare_digest(token.encode(), self.token(task_id).encode()):
+        if not hmac.compare_digest(token.encode(), self.token(task_id, attempt).encode()):
             raise WebhookSignatureError("webhook URL lacks this task's token: not a job this gateway submitted")
+
+
+class WebhookRefusals:
+    """Webhooks refused for their URL token, logged at most once per `interval_seconds` with their count.
+
+    Anyone can send them, so a line each would let anyone fill the log; the count still shows a misconfigured
+    public URL (the metric counts each one)."""
+
+    def __init__(
+        self, interval_seconds: float = REFUSAL_LOG_INTERVAL_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval = interval_seconds
+        self._clock = clock
+        self._unlogged = 0
+        self._logged_at = float("-inf")
+
+    def refused(self) -> None:
+        self._unlogged += 1
+        now = self._clock()
+        if now - self._logged_at >= self._interval:
+            log.warning(
+                "%d webhook(s) refused for a wrong or missing URL token (logged at most every %.0f s)",
+                self._unlogged,
+                self._interval,
+            )
+            self._unlogged, self._logged_at = 0, now
 
 
 class FalWebhookVerifier:
@@ -92,7 +131,7 @@ class FalWebhookVerifier:
         *,
         tolerance_seconds: float = 300.0,
         cache_seconds: float = 3600.0,
-        timeout_seconds: float = 5.0,
+        timeout_seconds: float = JWKS_FETCH_TIMEOUT_SECONDS,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -100,6 +139,7 @@ class FalWebhookVerifier:
         self._tolerance = tolerance_seconds
         self._cache_seconds = cache_seconds
         self._clock = clock
+        self._timeout = timeout_seconds
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_seconds), transport=transport)
         self._keys: list[Ed25519PublicKey] = []
         self._fetched_at: float | None = None
@@ -175,9 +215,14 @@ class FalWebhookVerifier:
 
     async def _fetch(self) -> list[Ed25519PublicKey]:
         try:
-            response = await self._client.get(self._jwks_url)
+            async with asyncio.timeout(self._timeout):  # for the whole fetch: httpx's timeouts are per phase
+                response = await self._client.get(self._jwks_url)
             response.raise_for_status()
             document = response.json()
+        except TimeoutError as exc:
+            raise WebhookKeysUnavailableError(
+                f"fal webhook keys unavailable: JWKS did not answer within {self._timeout:g} s"
+            ) from exc
         except httpx.HTTPStatusError as exc:
             raise WebhookKeysUnavailableError(
                 f"fal webhook keys unavailable: JWKS answered {exc.response.status_code}"

@@ -98,6 +98,7 @@ async def response(request: Request, owner: str, app: str, request_id: str) -> J
 async def cancel(request: Request, owner: str, app: str, request_id: str) -> JSONResponse:
     simulator = _authorized(request)
     simulator.stats.cancels += 1
+    simulator.stats.cancelled_requests.append(request_id)
     job = _job(simulator, owner, app, request_id)
     if job.ended:
         return JSONResponse({"status": "ALREADY_COMPLETED"}, 400)

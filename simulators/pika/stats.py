@@ -18,6 +18,7 @@ class PikaSimulatorStats:
     polls_by_request: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # (monotonic, User-Agent)
     result_reads: int = 0
     cancels: int = 0  # cancel requests, accepted or not
+    cancelled_requests: list[str] = field(default_factory=list)  # the request id of each cancel request
     unauthorized: int = 0  # 401 answers
     callbacks_sent: int = 0  # deliveries the receiver accepted (2xx), duplicates and stale copies included
     callbacks_failed: int = 0  # deliveries that failed every attempt

@@ -227,6 +227,7 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="gateway.services.video")
+    caplog.set_level(logging.WARNING, logger="gateway.upstreams.webhooks")
     pika_simulator.config.sign_with_wrong_key = True
     pika_simulator.config.job_seconds = 0.2
     task_id = submit(http, image_gateway).json()["id"]
@@ -238,7 +239,7 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     assert task["status"] == "processing"
     request_id = _request_id(pika_simulator)
     url = webhook_url(pika_simulator, request_id)
-    assert url.startswith(f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}?token=")
+    assert url.startswith(f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}?attempt=1&token=")
     ok = {"request_id": request_id, "status": "OK", "payload": {"video": {"url": "https://example.com/x.mp4"}}}
     stale_raw, stale_headers = signed_webhook(pika_simulator, request_id, ok, timestamp=int(time.time()) - 600)
     stale = http.post(url, content=stale_raw, headers=stale_headers)
@@ -251,17 +252,25 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     # Signed by fal, but not to the URL this gateway gave the job: e.g. another fal customer's job
     # submitted with this task's callback address.
     plain = f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}"
-    another_tasks = WebhookUrls(None, SecretStr(KEY)).token("task_other")
-    for untokened in (plain, f"{plain}?token={'0' * 32}", f"{plain}?token={another_tasks}"):
+    another_tasks = WebhookUrls(None, SecretStr(KEY)).token("task_other", 1)
+    bad_tokens = metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="bad_token")
+    untokened_urls = (plain, f"{plain}?attempt=1&token={'0' * 32}", f"{plain}?attempt=1&token={another_tasks}")
+    for untokened in untokened_urls:
         refused = http.post(untokened, content=raw, headers=headers)
         assert refused.status_code == 401 and "token" in refused.json()["error"]["message"], refused.text
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json()["status"] == "processing"
     refusals = [r.getMessage() for r in caplog.records if r.name == "gateway.services.video"]
     assert any(f"task {task_id} refused: webhook signature matches none" in m for m in refusals), refusals
     assert any("lacks header(s)" in m and "x-fal-webhook-signature" in m for m in refusals)
-    assert any("lacks this task's token" in m for m in refusals)
-    assert not any(another_tasks in m or "0" * 32 in m for m in refusals)  # tokens are not logged
-    unknown = http.post(f"{image_gateway.base_url}/v1/callbacks/pika/task_unknown", content=raw, headers=headers)
+    # Token refusals (anyone can send them) are counted, and logged once a minute with their count.
+    assert not any("token" in m for m in refusals), refusals
+    token_lines = [r.getMessage() for r in caplog.records if r.name == "gateway.upstreams.webhooks"]
+    assert len(token_lines) == 1 and "refused for a wrong or missing URL token" in token_lines[0], token_lines
+    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="bad_token") == bad_tokens + 3
+    assert not any(another_tasks in m or "0" * 32 in m for m in refusals + token_lines)  # tokens are not logged
+    unknown_url = f"{image_gateway.base_url}/v1/callbacks/pika/task_unknown"
+    unknown_token = WebhookUrls(None, SecretStr(KEY)).token("task_unknown", 1)
+    unknown = http.post(f"{unknown_url}?attempt=1&token={unknown_token}", content=raw, headers=headers)
     assert unknown.status_code == 404
     accepted = http.post(url, content=raw, headers=headers)  # the genuine article is applied
     assert accepted.status_code == 200 and accepted.json()["status"] == "completed"

@@ -20,7 +20,7 @@ from gateway.services.video_steps import RunnerConfig, backoff
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
-from gateway.upstreams.fal import FalStatus, FalSubmission, pika_arguments, result_urls
+from gateway.upstreams.fal import FalStatus, FalSubmission, VideoTimeoutError, pika_arguments, result_urls
 from gateway.upstreams.webhooks import WebhookUrls
 
 P, R, C, F, X = (
@@ -195,8 +195,11 @@ class Upstream:
         if self.down:
             raise UpstreamUnavailableError("fal answered 503")
         self.submitted.append(arguments)
-        base = f"https://queue.fal.run/pika/requests/{len(self.submitted)}"
-        return FalSubmission(str(len(self.submitted)), f"{base}/status", base, f"{base}/cancel")
+        return self.submission_of(str(len(self.submitted)))
+
+    def submission_of(self, request_id: str) -> FalSubmission:
+        base = f"https://queue.fal.run/pika/requests/{request_id}"
+        return FalSubmission(request_id, f"{base}/status", base, f"{base}/cancel")
 
     async def status(self, submission_or_status_url: FalSubmission | str) -> FalStatus:
         return FalStatus("IN_PROGRESS")
@@ -210,7 +213,8 @@ class Upstream:
 
 
 async def submitted(store: StoreCalls, runner: VideoTaskRunner, task: Task, leased_at: float | None) -> Task:
-    """Create `task` as the submit route does (with the runner's lease), queue it, and wait for its first save."""
+    """Create `task` as the submit route does (with the runner's lease), queue it, and wait for the record of its
+    submit's outcome (the second save; the first records the attempt before the call)."""
     lease = runner.submitter.submit_lease(task.id)
     assert await store.create(task, lease if leased_at is not None else None) == (task, True)
     if leased_at is None:
@@ -218,7 +222,7 @@ async def submitted(store: StoreCalls, runner: VideoTaskRunner, task: Task, leas
     else:
         runner.submitter.enqueue_created(task, leased_at)
     async with asyncio.timeout(5):
-        while "save" not in store.calls:
+        while store.calls.count("save") < 2:
             await asyncio.sleep(0.001)
     stored = await store.store.get(task.id)
     assert stored is not None
@@ -247,7 +251,7 @@ def test_the_replica_that_created_a_task_submits_it_without_another_lease_or_rea
         await runner.aclose()
         assert stored.state == R and stored.upstream_request_id == "1" and upstream.submitted == [task.arguments]
         first_steps = [] if lease_age == "fresh" else ["acquire_lease", "get"]
-        assert store.calls == ["create", *first_steps, "save"]
+        assert store.calls == ["create", *first_steps, "save", "save"]  # the attempt, then its outcome
         assert not await store.acquire_lease(f"submit:{task.id}", "replica-2", 30)  # still held: it lapses
         await store.aclose()
 
@@ -272,7 +276,7 @@ def test_a_task_left_pending_by_a_failed_submit_gets_its_lease_released(tmp_path
             await asyncio.sleep(0.001)
         await runner.aclose()
         assert stored.state == P and stored.submit_attempts == 1 and stored.next_attempt_at is not None
-        assert store.calls == ["create", "save", "release_lease"]
+        assert store.calls == ["create", "save", "save", "release_lease"]
         assert await store.acquire_lease(f"submit:{task.id}", "replica-2", 30)  # free for any replica's retry
         await store.aclose()
 
@@ -312,14 +316,15 @@ class SlowCancels(Upstream):
 
 
 class BrokenSaves(StoreCalls):
-    """Saves fail (the store is down), or with `hang`, never return (a store that hangs)."""
+    """Saves after the first (the record of the submit attempt) fail (the store is down), or with `hang`,
+    never return (a store that hangs)."""
 
     def __init__(self, store: SqliteTaskStore, *, hang: bool = False) -> None:
         super().__init__(store)
         self.hang = hang
 
     def __getattr__(self, name: str) -> Any:
-        if name != "save":
+        if name != "save" or "save" not in self.calls:
             return super().__getattr__(name)
 
         async def broken(*args: Any, **kwargs: Any) -> Any:
@@ -372,7 +377,7 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
         if taken_over:
             assert await store.acquire_lease(lease.name, "replica-2", 30)
         quota.gate.set()
-        await until(lambda: store.calls[-1] == ("release_lease" if taken_over else "save"))
+        await until(lambda: "release_lease" in store.calls if taken_over else store.calls.count("save") == 2)
         await runner.aclose()
         stored = await store.store.get(task.id)
         assert stored is not None
@@ -381,7 +386,7 @@ def test_a_quota_wait_longer_than_the_lease_renews_it_or_gives_the_task_up(tmp_p
             assert store.calls == ["create", "acquire_lease", "acquire_lease", "release_lease"]
         else:
             assert upstream.submitted == [task.arguments] and stored.state == R
-            assert store.calls == ["create", "acquire_lease", "get", "save"]
+            assert store.calls == ["create", "acquire_lease", "get", "save", "save"]
         await store.aclose()
 
     asyncio.run(scenario())
@@ -400,7 +405,7 @@ def test_the_submit_lease_is_renewed_while_a_slow_upstream_call_runs(tmp_path: P
         for _ in range(4):  # 0.4 s into the call: past the lease more than twice over
             await asyncio.sleep(0.1)
             assert not await store.store.acquire_lease(lease.name, "replica-2", 30)
-        await until(lambda: "save" in store.calls)
+        await until(lambda: store.calls.count("save") == 2)
         await runner.aclose()
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == R and upstream.submitted == [task.arguments]
@@ -446,14 +451,86 @@ def test_a_job_whose_acceptance_cannot_be_recorded_is_cancelled(tmp_path: Path, 
         upstream = SlowCancels()
         runner = await started_runner(store, upstream)
         task = await created(store, runner)
-        await until(lambda: "save" in store.calls)
+        await until(lambda: store.calls.count("save") == 2)
         if not hang:
             await until(lambda: upstream.cancelled)
         await runner.aclose(drain_seconds=0.1)  # a hanging record never comes: cut off after the drain
         stored = await store.store.get(task.id)
         assert stored is not None and stored.state == P and stored.upstream_request_id is None
+        assert stored.attempt == 1 and stored.submitting_since is not None  # recorded before the call
         assert upstream.submitted == [task.arguments]
         assert upstream.cancelled == ["https://queue.fal.run/pika/requests/1/cancel"]
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+class RecordingUpstream(Upstream):
+    """Records the webhook URL of each submit; `timeout` makes a submit time out (its outcome unknown)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.webhook_urls: list[str | None] = []
+        self.timeout = False
+
+    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
+        self.webhook_urls.append(webhook_url)
+        if self.timeout:
+            raise VideoTimeoutError("image upstream did not answer in time")
+        return await super().submit(arguments, webhook_url)
+
+
+@pytest.mark.parametrize("call_age", [1.0, 31.0], ids=["within-the-wait", "after-the-wait"])
+def test_a_task_whose_last_submit_outcome_is_unknown_waits_for_its_webhook_before_a_new_attempt(
+    tmp_path: Path, call_age: float
+) -> None:
+    """A replica died during attempt 1 (recorded, never answered): the next one leaves the task until 30 s after
+    that call began (its job's webhook may still adopt it), then submits attempt 2 with its own webhook URL."""
+
+    async def scenario() -> None:
+        store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        upstream = RecordingUpstream()
+        ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
+        config = RunnerConfig(scan_interval_seconds=60, unknown_submit_wait_seconds=30.0)
+        urls = WebhookUrls("https://gw.example/v1/callbacks/pika", None)
+        runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), urls, config, owner="replica-2")
+        await runner.start()
+        now = time.time()
+        began = now - call_age
+        task = new_task(created_at=began, updated_at=began, deadline_at=now + 60, attempt=1, submitting_since=began)
+        await store.create(task)
+        runner.submitter.enqueue(task.id)
+        # Within the wait: the new due time saved and the lease released; after it: the attempt and its answer.
+        await until(lambda: "release_lease" in store.calls if call_age < 30 else store.calls.count("save") == 2)
+        await runner.aclose()
+        stored = await store.store.get(task.id)
+        assert stored is not None
+        if call_age < 30:
+            assert upstream.submitted == [] and stored.state == P
+            assert stored.next_attempt_at == pytest.approx(began + 30.0)  # the scanner looks again then
+        else:
+            assert stored.state == R and stored.attempt == 2 and stored.submitting_since is None
+            assert upstream.webhook_urls == [
+                f"https://gw.example/v1/callbacks/pika/{task.id}?attempt=2&token={urls.token(task.id, 2)}"
+            ]
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_submit_that_times_out_keeps_its_attempt_open_for_the_wait(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = StoreCalls(SqliteTaskStore(tmp_path / "tasks.sqlite3"))
+        upstream = RecordingUpstream()
+        upstream.timeout = True
+        runner = await started_runner(store, upstream, unknown_submit_wait_seconds=30.0)
+        task = await created(store, runner)
+        await until(lambda: "release_lease" in store.calls)
+        await runner.aclose()
+        stored = await store.store.get(task.id)
+        assert stored is not None and stored.state == P and stored.attempt == 1
+        assert stored.submitting_since is not None  # fal may have the job: its webhook may still come
+        assert stored.next_attempt_at is not None and stored.next_attempt_at >= stored.submitting_since + 30.0
         await store.aclose()
 
     asyncio.run(scenario())

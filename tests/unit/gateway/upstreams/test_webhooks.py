@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import logging
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from gateway.upstreams.webhooks import (
     FAILED_FETCH_RETRY_SECONDS,
     FalWebhookVerifier,
     WebhookKeysUnavailableError,
+    WebhookRefusals,
     WebhookSignatureError,
     WebhookUrls,
 )
@@ -328,16 +330,67 @@ def test_without_keys_a_failed_fetch_is_not_repeated_for_every_call() -> None:
     asyncio.run(main())
 
 
-def test_each_task_has_its_own_webhook_url_token_under_a_key_derived_from_the_fal_key() -> None:
+def test_each_task_attempt_has_its_own_webhook_url_token_under_a_key_derived_from_the_fal_key() -> None:
     base = "https://gw.example/v1/callbacks/pika"
     replicas = [WebhookUrls(base, SecretStr(key)) for key in ("k1", "k1", "k2")]
-    url = replicas[0].url("task-1")
-    assert url is not None and url.startswith(f"{base}/task-1?token=")
-    token = url.partition("?token=")[2]
-    assert replicas[1].url("task-1") == url  # every replica with the key agrees
-    replicas[1].verify("task-1", token)
-    refused = [("task-2", token, 1), ("task-1", token, 2), ("task-1", "", 1), ("task-1", "é" * 32, 1)]
-    for task_id, candidate, replica in refused:  # another task, another key (a new fal key), no token, any text
+    url = replicas[0].url("task-1", 2)
+    assert url is not None and url.startswith(f"{base}/task-1?attempt=2&token=")
+    token = url.partition("&token=")[2]
+    assert replicas[1].url("task-1", 2) == url  # every replica with the key agrees
+    replicas[1].verify("task-1", token, 2)
+    refused = [
+        ("task-2", token, 2, 1),  # another task
+        ("task-1", token, 1, 1),  # another attempt
+        ("task-1", token, None, 1),  # the attempt left out
+        ("task-1", token, 2, 2),  # another key (a new fal key)
+        ("task-1", "", 2, 1),  # no token
+        ("task-1", "é" * 32, 2, 1),  # any text
+    ]
+    for task_id, candidate, attempt, replica in refused:
         with pytest.raises(WebhookSignatureError, match="lacks this task's token"):
-            replicas[replica].verify(task_id, candidate)
-    assert WebhookUrls(None, SecretStr("k1")).url("task-1") is None  # no public URL: polled from the start
+            replicas[replica].verify(task_id, candidate, attempt)
+    replicas[0].verify("task-1", replicas[0].token("task-1"))  # a URL minted before attempts were numbered
+    assert WebhookUrls(None, SecretStr("k1")).url("task-1", 1) is None  # no public URL: polled from the start
+
+
+def test_token_refusals_are_logged_at_most_once_per_interval_with_their_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock(0.0)
+    refusals = WebhookRefusals(interval_seconds=60.0, clock=clock)
+    with caplog.at_level(logging.WARNING, logger="gateway.upstreams.webhooks"):
+        for second in range(0, 150):  # ten a second for 150 s
+            clock.now = float(second)
+            for _ in range(10):
+                refusals.refused()
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 3, lines  # at 0 s, 60 s and 120 s
+    assert [line.split()[0] for line in lines] == ["1", "600", "600"]
+
+
+def test_a_jwks_host_that_accepts_and_never_answers_holds_a_webhook_no_longer_than_the_deadline() -> None:
+    """A real socket that accepts connections and never answers (httpx's per-phase timeouts would allow more)."""
+    key = Ed25519PrivateKey.generate()
+
+    async def main() -> float:
+        accepted: list[asyncio.StreamWriter] = []
+
+        async def silent(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted.append(writer)  # read nothing, answer nothing
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        verifier = FalWebhookVerifier(f"http://127.0.0.1:{port}/jwks", timeout_seconds=0.3, clock=Clock())
+        started = asyncio.get_running_loop().time()
+        async with verifier:
+            with pytest.raises(WebhookKeysUnavailableError, match=r"did not answer within 0\.3 s"):
+                await verifier.verify(_headers(key), BODY)
+        held = asyncio.get_running_loop().time() - started
+        assert accepted, "the JWKS host was never reached"
+        for writer in accepted:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+        return held
+
+    assert asyncio.run(main()) < 2.0  # the deadline (0.3 s), not httpx's per-phase timeouts
