@@ -1,0 +1,69 @@
+"""One request's usage (`Usage`) and how the chat and embedding answers' `usage` objects become one."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# Counted fields, in the order of the usage API's rows and CSV columns.
+COUNTERS = (
+    "requests",
+    "prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "cached_requests",
+    "embedding_texts",
+    "embedding_tokens",
+    "videos",
+    "video_seconds",
+    "search_queries",
+    "search_documents",
+    "cost",
+)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one answered request used. `cached_tokens` (the upstream's prompt cache) only prices the request."""
+
+    requests: int = 1
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_requests: int = 0
+    embedding_texts: int = 0
+    embedding_tokens: int = 0
+    videos: int = 0
+    video_seconds: float = 0.0
+    search_queries: int = 0
+    search_documents: int = 0
+    cost: float = 0.0
+    cached_tokens: int = 0
+
+    def counters(self) -> dict[str, float]:
+        values = asdict(self)
+        return {name: values[name] for name in COUNTERS}
+
+    @property
+    def tokens(self) -> int:
+        """What a token budget counts: chat prompt + completion and embedding tokens."""
+        return self.prompt_tokens + self.completion_tokens + self.embedding_tokens
+
+
+def chat_usage(usage: dict[str, Any] | None, *, cached: bool) -> Usage:
+    """From an OpenAI chat `usage` object; an answer from the gateway's cache costs no upstream tokens."""
+    if cached:
+        return Usage(cached_requests=1)
+    usage = usage or {}
+    details = usage.get("completion_tokens_details") or {}
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt_tokens=_count(usage.get("prompt_tokens")),
+        completion_tokens=_count(usage.get("completion_tokens")),
+        reasoning_tokens=_count(details.get("reasoning_tokens") if isinstance(details, dict) else None),
+        cached_tokens=_count(prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None),
+    )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value >= 0 else 0
