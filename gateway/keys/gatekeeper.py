@@ -22,6 +22,7 @@ from gateway.keys.limiter import Check, KeyLimiter, Refusal
 from gateway.keys.model import ApiKey, KeyLimits, TokenBudget
 from gateway.keys.resolver import KeyResolver
 
+BUDGETED = frozenset({"embeddings", "chat", "video", "search"})  # a spent budget still reads its usage
 STREAM_LEASE_US = 600 * 1_000_000  # a crashed replica's stream slot frees itself after this
 
 
@@ -64,7 +65,7 @@ class Gatekeeper:
             if rpm:
                 interval = math.floor(60_000_000 / rpm)
                 checks.append(Check("rate", names.limit_key("rpm", subject, family), interval))
-            if limits.monthly_budget is not None:
+            if limits.monthly_budget is not None and family in BUDGETED:
                 checks.append(_budget_check(subject, limits.monthly_budget, now))
         if checks:
             await self._take(checks, key)

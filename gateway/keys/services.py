@@ -41,8 +41,9 @@ class KeyServices:
         store, limiter = self.usage.store, self.limiter
         if isinstance(store, SqliteUsageStore) and isinstance(limiter, LocalKeyLimiter):
             # In-process budgets start from this month's records, so a restart does not reset them.
-            for subject, (cost, tokens) in (await store.month_spend(names.month_of(time.time()))).items():
-                await limiter.add_spend([subject], cost, tokens)
+            month = names.month_of(time.time())
+            for subject, (cost, tokens) in (await store.month_spend(month)).items():
+                await limiter.add_spend([names.spend_key(month, subject)], cost, tokens)
 
     async def aclose(self) -> None:
         await self.resolver.aclose()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from gateway.keys.model import KeyLimits, Scope
 
@@ -32,6 +32,10 @@ class KeyObject(BaseModel):
     revoked_at: int | None = None
     source: Literal["env", "file", "store"]
 
+    @field_serializer("limits")
+    def _set_limits_only(self, limits: KeyLimits) -> dict[str, Any]:
+        return limits.model_dump(exclude_none=True)
+
 
 class CreatedKey(KeyObject):
     key: str = Field(description="The secret, shown only in this answer: the gateway keeps its SHA-256 only.")
@@ -56,3 +60,7 @@ class TeamLimitsRequest(BaseModel):
 class TeamObject(BaseModel):
     team: str
     limits: KeyLimits
+
+    @field_serializer("limits")
+    def _set_limits_only(self, limits: KeyLimits) -> dict[str, Any]:
+        return limits.model_dump(exclude_none=True)

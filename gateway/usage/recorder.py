@@ -71,8 +71,9 @@ class UsageRecorder:
             return
         self._failing = False
         if added:
-            subjects = [names.key_subject(entry.key_id), names.team_subject(entry.team)]
-            await self._limiter.add_spend(subjects, entry.usage.cost, entry.usage.tokens)
+            subjects = (names.key_subject(entry.key_id), names.team_subject(entry.team))
+            spent = [names.spend_key(entry.month, subject) for subject in subjects]
+            await self._limiter.add_spend(spent, entry.usage.cost, entry.usage.tokens)
 
     def _count(self, team: str, usage: Usage) -> None:
         label = team if team in self._resolver.teams() else "other"

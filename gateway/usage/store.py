@@ -14,7 +14,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Protocol
 
-from gateway.keys.names import PREFIX, spend_key
+from gateway.keys.names import PREFIX, key_subject, spend_key, team_subject
 from gateway.redis_client import redis_client
 from gateway.usage.record import COUNTERS, Usage
 
@@ -77,8 +77,8 @@ class RedisUsageStore:
             f"{PREFIX}usage:seen:{entry.request_id}",
             f"{PREFIX}usage:{entry.day}:{member}",
             f"{PREFIX}usage:{entry.day}",
-            spend_key(entry.month, f"key:{entry.key_id}"),
-            spend_key(entry.month, f"team:{entry.team}"),
+            spend_key(entry.month, key_subject(entry.key_id)),
+            spend_key(entry.month, team_subject(entry.team)),
         ]
         usage = entry.usage
         args: list[str | float] = [
@@ -176,7 +176,7 @@ class SqliteUsageStore:
         query += "FROM usage WHERE day LIKE ? GROUP BY key_id, team"
         spend: dict[str, tuple[float, int]] = {}
         for key_id, team, cost, tokens in self._connection().execute(query, (f"{month}-%",)):
-            for subject in (f"key:{key_id}", f"team:{team}"):
+            for subject in (key_subject(key_id), team_subject(team)):
                 before = spend.get(subject, (0.0, 0))
                 spend[subject] = (before[0] + cost, before[1] + int(tokens))
         return spend

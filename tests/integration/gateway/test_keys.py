@@ -1,0 +1,175 @@
+"""Keys with identity on one real gateway: the keys file and its reloads, scopes, the admin API, expiry and
+revocation, budgets, the usage record; secrets never in answers, logs, metrics or usage."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from gateway.keys.model import hash_secret
+from gateway.settings import AuthSettings, HunyuanSettings, RedisSettings, UsageSettings
+from gateway.usage.pricing import ModelPrice
+from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
+from tests.helpers.running_gateway import RunningGateway
+
+ADMIN = "admin-bootstrap-key-0001"
+NO_TRITON = "127.0.0.1:1"  # nothing here needs embeddings
+CHAT = {"model": "hy3-preview", "messages": [{"role": "user", "content": "hello there"}]}
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def start(
+    gateway_factory: Callable[..., RunningGateway], hunyuan_simulator: RunningHunyuanSimulator
+) -> Iterator[Callable[..., RunningGateway]]:
+    hunyuan_simulator.config.api_key = "upstream-key"
+
+    def started(concerns: dict[str, Any] | None = None, **auth: Any) -> RunningGateway:
+        return gateway_factory(NO_TRITON, **{**defaults(auth), **(concerns or {})})
+
+    def defaults(auth: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "auth": AuthSettings(api_keys=SecretStr(ADMIN), keys_refresh_seconds=0.05, **auth),
+            "hunyuan": HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key")),
+        }
+
+    yield started
+
+
+def create_key(http: httpx.Client, gateway: RunningGateway, **body: Any) -> dict[str, Any]:
+    response = http.post(f"{gateway.base_url}/v1/admin/keys", json=body, headers=bearer(ADMIN))
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+def test_keys_file_scopes_reloads_and_keeps_the_old_keys_on_a_syntax_error(
+    start: Callable[..., RunningGateway], http: httpx.Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    embed_only, chatty = "sk-file-embeddings-only-0001", "sk-file-chat-key-0002"
+    keys_file = tmp_path / "keys.yaml"
+    keys_file.write_text(
+        f"keys:\n  - {{name: indexer, team: search, secret_sha256: {hash_secret(embed_only)}, scopes: [embeddings]}}\n"
+    )
+    gateway = start(keys_file=str(keys_file))
+    url = gateway.base_url
+    refused = http.post(f"{url}/v1/chat/completions", json=CHAT, headers=bearer(embed_only))
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["type"] == "permission_error"
+    assert "'chat'" in refused.json()["error"]["message"] and embed_only not in refused.text
+    assert http.get(f"{url}/v1/admin/keys", headers=bearer(embed_only)).status_code == 403
+    assert http.get(f"{url}/v1/models", headers=bearer(embed_only)).status_code == 200  # needs no scope
+    assert http.get(f"{url}/v1/models", headers=bearer(chatty)).status_code == 401
+
+    keys_file.write_text(
+        "teams:\n  research: {limits: {requests_per_minute: 600000}}\n"
+        f"keys:\n  - {{name: bot, team: research, secret: {chatty}, scopes: [chat]}}\n"
+    )
+    wait_until(lambda: http.get(f"{url}/v1/models", headers=bearer(chatty)).status_code == 200)
+    assert http.get(f"{url}/v1/models", headers=bearer(embed_only)).status_code == 401  # gone from the file
+    assert http.post(f"{url}/v1/chat/completions", json=CHAT, headers=bearer(chatty)).status_code == 200
+
+    with caplog.at_level(logging.WARNING, logger="gateway.keys.resolver"):
+        keys_file.write_text(f"keys:\n  - {{name: bot, team: research, secret: {chatty}, scopes: [chat\n")
+        wait_until(lambda: "not loaded" in caplog.text)
+    assert "not valid YAML at line" in caplog.text
+    assert chatty not in caplog.text  # the file's content is never quoted
+    assert http.get(f"{url}/v1/models", headers=bearer(chatty)).status_code == 200  # the previous keys stay
+
+
+def test_admin_api_creates_lists_and_revokes_keys(start: Callable[..., RunningGateway], http: httpx.Client) -> None:
+    gateway = start()
+    url = gateway.base_url
+    created = create_key(
+        http, gateway, name="search-prod", team="search", scopes=["chat"], limits={"videos_per_day": 3}
+    )
+    assert set(created) >= {"id", "key", "prefix", "name", "team", "scopes", "limits", "created_at", "expires_at"}
+    secret = created["key"]
+    assert secret.startswith("sk-") and created["prefix"] == f"sk-…{secret[-4:]}"
+    assert created["scopes"] == ["chat"] and created["limits"] == {"videos_per_day": 3}
+    listed = http.get(f"{url}/v1/admin/keys", headers=bearer(ADMIN))
+    assert listed.status_code == 200 and secret not in listed.text and hash_secret(secret) not in listed.text
+    assert created["id"] in {k["id"] for k in listed.json()["data"]}
+    assert http.get(f"{url}/v1/admin/keys", headers=bearer(secret)).status_code == 403  # not an admin key
+    assert http.post(f"{url}/v1/chat/completions", json=CHAT, headers=bearer(secret)).status_code == 200
+
+    deleted = http.delete(f"{url}/v1/admin/keys/{created['id']}", headers=bearer(ADMIN))
+    assert deleted.json() == {"id": created["id"], "deleted": True}
+    revoked = http.post(f"{url}/v1/chat/completions", json=CHAT, headers=bearer(secret))
+    assert revoked.status_code == 401 and "revoked" in revoked.json()["error"]["message"]
+    assert secret not in revoked.text
+
+    expired = create_key(http, gateway, name="old", team="search", expires_at="2020-01-01T00:00:00Z")
+    answer = http.get(f"{url}/v1/models", headers=bearer(expired["key"]))
+    assert answer.status_code == 401 and "expired" in answer.json()["error"]["message"]
+    team = http.put(
+        f"{url}/v1/admin/teams/search", json={"limits": {"concurrent_chat_streams": 2}}, headers=bearer(ADMIN)
+    )
+    assert team.status_code == 200 and team.json() == {"team": "search", "limits": {"concurrent_chat_streams": 2}}
+
+
+@pytest.mark.parametrize("with_redis", [False, True])
+def test_a_spent_budget_answers_insufficient_quota_and_usage_is_recorded(
+    start: Callable[..., RunningGateway],
+    http: httpx.Client,
+    request: pytest.FixtureRequest,
+    with_redis: bool,
+) -> None:
+    concerns: dict[str, Any] = {"usage": UsageSettings(prices={"hy3-preview": ModelPrice(input=1000, output=1000)})}
+    if with_redis:
+        concerns["redis"] = RedisSettings(url=SecretStr(request.getfixturevalue("redis_url")))
+    gateway = start(concerns=concerns)
+    url = gateway.base_url
+    created = create_key(http, gateway, name="spender", team="growth", limits={"monthly_budget": 0.001})
+    first = http.post(f"{url}/v1/chat/completions", json=CHAT, headers=bearer(created["key"]))
+    assert first.status_code == 200, first.text
+    usage = first.json()["usage"]
+    expected_cost = (usage["prompt_tokens"] + usage["completion_tokens"]) * 1000 / 1e6
+    assert float(first.headers["x-request-cost"]) == pytest.approx(expected_cost)
+
+    def refused() -> bool:
+        answer = http.post(f"{url}/v1/chat/completions", json=CHAT, headers=bearer(created["key"]))
+        return answer.status_code == 429
+
+    wait_until(refused)
+    answer = http.post(f"{url}/v1/chat/completions", json=CHAT, headers=bearer(created["key"]))
+    assert answer.json()["error"]["code"] == "insufficient_quota" and int(answer.headers["retry-after"]) >= 1
+
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    mine = http.get(f"{url}/v1/usage", params={"start": day, "end": day}, headers=bearer(created["key"]))
+    assert mine.status_code == 200, mine.text
+    rows = mine.json()["data"]
+    # The spend is written after each answer: a request may get in before the one before it is counted;
+    # what got in after the first was the gateway's cached answer, which costs nothing.
+    assert len(rows) == 1 and rows[0]["key_prefix"] == created["prefix"]
+    assert rows[0]["requests"] - rows[0]["cached_requests"] == 1
+    assert rows[0]["prompt_tokens"] == usage["prompt_tokens"] and rows[0]["cost"] == pytest.approx(expected_cost)
+    by_team = http.get(
+        f"{url}/v1/usage", params={"start": day, "end": day, "group_by": "team"}, headers=bearer(ADMIN)
+    ).json()["data"]
+    assert {r["team"] for r in by_team} == {"growth"} and "key_prefix" not in by_team[0] and "model" not in by_team[0]
+    as_csv = http.get(
+        f"{url}/v1/usage", params={"start": day, "end": day}, headers={**bearer(ADMIN), "Accept": "text/csv"}
+    )
+    assert as_csv.headers["content-type"].startswith("text/csv") and "growth" in as_csv.text
+    assert created["key"] not in as_csv.text and created["key"] not in json.dumps(by_team)
+    metrics = http.get(f"{url}/metrics").text
+    assert 'gateway_usage_requests_total{team="growth"}' in metrics and created["key"] not in metrics
