@@ -120,10 +120,9 @@ def test_admin_api_creates_lists_and_revokes_keys(start: Callable[..., RunningGa
     expired = create_key(http, gateway, name="old", team="search", expires_at="2020-01-01T00:00:00Z")
     answer = http.get(f"{url}/v1/models", headers=bearer(expired["key"]))
     assert answer.status_code == 401 and "expired" in answer.json()["error"]["message"]
-    team = http.put(
-        f"{url}/v1/admin/teams/search", json={"limits": {"concurrent_chat_streams": 2}}, headers=bearer(ADMIN)
-    )
-    assert team.status_code == 200 and team.json() == {"team": "search", "limits": {"concurrent_chat_streams": 2}}
+    team_limits = {"limits": {"concurrent_chat_streams": 2}}
+    team = http.put(f"{url}/v1/admin/teams/search", json=team_limits, headers=bearer(ADMIN))
+    assert team.status_code == 200 and team.json() == {"team": "search", **team_limits}
 
 
 @pytest.mark.parametrize("with_redis", [False, True])
