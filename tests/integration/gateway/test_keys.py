@@ -10,10 +10,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from pydantic import SecretStr
 
+from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.keys.model import hash_secret
 from gateway.settings import AuthSettings, HunyuanSettings, RedisSettings, UsageSettings
 from gateway.usage.pricing import ModelPrice
@@ -172,3 +174,22 @@ def test_a_spent_budget_answers_insufficient_quota_and_usage_is_recorded(
     assert created["key"] not in as_csv.text and created["key"] not in json.dumps(by_team)
     metrics = http.get(f"{url}/metrics").text
     assert 'gateway_usage_requests_total{team="growth"}' in metrics and created["key"] not in metrics
+
+
+def test_grpc_checks_the_same_keys_and_scopes(start: Callable[..., RunningGateway], http: httpx.Client) -> None:
+    gateway = start()
+    chat_only = create_key(http, gateway, name="chat-bot", team="apps", scopes=["chat"])
+    with grpc.insecure_channel(gateway.grpc_target) as channel:
+        embeddings = gateway_pb2_grpc.EmbeddingsStub(channel)
+        with pytest.raises(grpc.RpcError) as denied:
+            embeddings.Embed(
+                gateway_pb2.EmbedRequest(input=["hi"]), metadata=[("authorization", f"Bearer {chat_only['key']}")]
+            )
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "'embeddings'" in denied.value.details() and chat_only["key"] not in denied.value.details()
+        models = gateway_pb2_grpc.ModelsStub(channel)
+        models.List(gateway_pb2.ListModelsRequest(), metadata=[("authorization", f"Bearer {chat_only['key']}")])
+        http.delete(f"{gateway.base_url}/v1/admin/keys/{chat_only['id']}", headers=bearer(ADMIN))
+        with pytest.raises(grpc.RpcError) as revoked:
+            models.List(gateway_pb2.ListModelsRequest(), metadata=[("authorization", f"Bearer {chat_only['key']}")])
+        assert revoked.value.code() == grpc.StatusCode.UNAUTHENTICATED and "revoked" in revoked.value.details()
