@@ -61,8 +61,10 @@ def _key(entry: Any, index: int) -> ApiKey:
     if not isinstance(entry, dict) or not entry.get("name") or not entry.get("team"):
         raise KeysFileError(f"{where}: each key needs a 'name' and a 'team'")
     secret, digest = entry.get("secret"), entry.get("secret_sha256")
-    if bool(secret) == bool(digest):
+    if (secret is None) == (digest is None):
         raise KeysFileError(f"{where} ({entry['name']}): give exactly one of 'secret' and 'secret_sha256'")
+    if not isinstance(secret or digest, str):  # YAML reads an unquoted all-digit value as a number
+        raise KeysFileError(f'{where} ({entry["name"]}): quote the secret or its hash, e.g. secret_sha256: "…"')
     secret_hash = hash_secret(str(secret)) if secret else str(digest).lower()
     if len(secret_hash) != 64 or any(c not in "0123456789abcdef" for c in secret_hash):
         raise KeysFileError(f"{where} ({entry['name']}): 'secret_sha256' must be 64 hex digits")

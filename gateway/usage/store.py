@@ -14,8 +14,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Protocol
 
+from gateway.errors import UpstreamUnavailableError
 from gateway.keys.names import PREFIX, key_subject, spend_key, team_subject
-from gateway.redis_client import redis_client
+from gateway.redis_client import REDIS_FAILURES, redis_client
 from gateway.usage.record import COUNTERS, Usage
 
 SEEN_SECONDS = 2 * 86400  # how long a request id is remembered: longer than any retry of its write
@@ -96,6 +97,12 @@ class RedisUsageStore:
         return bool(await self._record(keys=keys, args=args))
 
     async def rows(self, start: date, end: date) -> list[UsageRow]:
+        try:
+            return await self._rows(start, end)
+        except REDIS_FAILURES as exc:
+            raise UpstreamUnavailableError("usage store (Redis) unreachable; retry shortly", detail=str(exc)) from None
+
+    async def _rows(self, start: date, end: date) -> list[UsageRow]:
         days = _days(start, end)
         async with self._client.pipeline(transaction=False) as pipe:
             for day in days:
@@ -141,6 +148,7 @@ class SqliteUsageStore:
     def __init__(self, path: str) -> None:
         self._path = path
         self._db: sqlite3.Connection | None = None
+        self._purged_day = ""
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
@@ -160,6 +168,10 @@ class SqliteUsageStore:
                 return False
             values = [entry.usage.counters()[name] for name in COUNTERS]
             db.execute(_UPSERT, (entry.day, entry.key_id, entry.model, entry.team, entry.key_prefix, *values))
+            if entry.day != self._purged_day:  # once a day: ids older than any retry of their write go
+                oldest = (date.fromisoformat(entry.day) - timedelta(seconds=SEEN_SECONDS)).isoformat()
+                db.execute("DELETE FROM usage_seen WHERE day < ?", (oldest,))
+                self._purged_day = entry.day
         return True
 
     async def rows(self, start: date, end: date) -> list[UsageRow]:
