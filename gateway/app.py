@@ -26,6 +26,7 @@ from gateway.cache.semantic import (
 )
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
+from gateway.grpc.metered import MeteredChat, MeteredEmbeddings, MeteredVideo
 from gateway.grpc.server import create_grpc_server
 from gateway.keys.middleware import KeyMiddleware
 from gateway.keys.services import KeyServices
@@ -202,12 +203,12 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 video_model=settings.video.model_path,
             )
             grpc_server = create_grpc_server(
-                service,
+                MeteredEmbeddings(service, keys.usage),
                 keys.gatekeeper,
                 host=settings.server.host,
                 port=settings.server.grpc_port,
-                chat=app.state.chat,
-                video=app.state.video,
+                chat=MeteredChat(app.state.chat, keys.gatekeeper, keys.usage),
+                video=MeteredVideo(app.state.video, keys.gatekeeper, keys.usage, settings.video.model_path),
                 models=app.state.models,
                 in_flight=in_flight,
                 watchers=watchers,

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncGenerator
-from contextlib import AsyncExitStack, aclosing
-from typing import Any
+from contextlib import AsyncExitStack
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway import sse
 from gateway.disconnect import unless_disconnected
-from gateway.keys.gatekeeper import ChatReservation
 from gateway.keys.middleware import gatekeeper, request_key
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.embeddings import ERRORS
 from gateway.services.chat import CacheResult, ChatService, estimate_tokens
 from gateway.usage.hooks import record_usage
+from gateway.usage.metering import metered_stream
 from gateway.usage.record import chat_usage
 
 router = APIRouter()
@@ -40,40 +37,23 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         )
         if body.stream:
             events, result = await chat(request).stream(payload, use_cache=use_cache)
-            metered = metered_stream(events, request, body.model, result, reservation, stack.pop_all())
+            metered = metered_stream(
+                events,
+                cached=result.outcome != "miss",
+                reservation=reservation,
+                held=stack.pop_all(),
+                record=lambda usage: record_usage(request, body.model, usage),
+            )
             headers = {**sse.HEADERS, **cache_headers(result)}
             return StreamingResponse(sse.encode_batches(metered), media_type=sse.MEDIA_TYPE, headers=headers)
         completion, result = await unless_disconnected(
             request.receive, chat(request).complete(payload, use_cache=use_cache)
         )
         usage = chat_usage(completion.get("usage"), cached=result.outcome != "miss")
-        reservation.settle(usage.prompt_tokens + usage.completion_tokens)
+        if completion.get("usage") or result.outcome != "miss":  # without usage the estimate stays charged
+            reservation.settle(usage.prompt_tokens + usage.completion_tokens)
         cost = record_usage(request, body.model, usage)
     return JSONResponse(completion, headers={**cache_headers(result), **cost})
-
-
-async def metered_stream(
-    events: AsyncGenerator[list[str], None],
-    request: Request,
-    model: str,
-    result: CacheResult,
-    reservation: ChatReservation,
-    held: AsyncExitStack,
-) -> AsyncGenerator[list[str], None]:
-    """The stream's batches as they come; its usage (in the chunk that has one) is recorded when it ends."""
-    usage: dict[str, Any] | None = None
-    try:
-        async with aclosing(events):
-            async for batch in events:
-                yield batch
-                for chunk in batch:
-                    if '"usage"' in chunk and (found := json.loads(chunk).get("usage")):
-                        usage = found
-        recorded = chat_usage(usage, cached=result.outcome != "miss")
-        reservation.settle(recorded.prompt_tokens + recorded.completion_tokens)
-        record_usage(request, model, recorded)
-    finally:
-        await held.aclose()
 
 
 def cache_headers(result: CacheResult) -> dict[str, str]:

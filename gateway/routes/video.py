@@ -16,11 +16,9 @@ from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationReq
 from gateway.services.video import VideoService, public_task
 from gateway.tasks.model import Task
 from gateway.usage.hooks import record_usage
-from gateway.usage.record import Usage
+from gateway.usage.record import video_usage
 
 router = APIRouter()
-
-DEFAULT_VIDEO_SECONDS = 5.0  # Pika 2.2's length when the request names none
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 413, 429, 503)}
 
@@ -45,7 +43,7 @@ async def create_image_generation(
     if not created:
         headers["Idempotent-Replayed"] = "true"
     # Once per task (its id is the record's), however often the submit is replayed.
-    usage = Usage(videos=1, video_seconds=requested_seconds(body))
+    usage = video_usage(body.model_extra)
     headers.update(record_usage(request, request.app.state.video_model, usage, request_id=f"video:{task.id}"))
     return task_response(task, status_code=202, headers=headers)
 
@@ -75,12 +73,6 @@ async def _json(tasks: AsyncGenerator[Task, None]) -> AsyncGenerator[str, None]:
     async with aclosing(tasks):
         async for task in tasks:
             yield public_task(task).model_dump_json()
-
-
-def requested_seconds(body: ImageGenerationRequest) -> float:
-    """The video's length as asked (`duration`, passed through to the model), else the model's default."""
-    duration = (body.model_extra or {}).get("duration", DEFAULT_VIDEO_SECONDS)
-    return float(duration) if isinstance(duration, int | float) and duration > 0 else DEFAULT_VIDEO_SECONDS
 
 
 def task_response(task: Task, *, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:

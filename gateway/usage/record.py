@@ -65,5 +65,15 @@ def chat_usage(usage: dict[str, Any] | None, *, cached: bool) -> Usage:
     )
 
 
+DEFAULT_VIDEO_SECONDS = 5.0  # Pika 2.2's length when the request names none
+
+
+def video_usage(options: dict[str, Any] | None) -> Usage:
+    """One video of the length asked for (`duration`, passed through to the model), else the model's default."""
+    duration = (options or {}).get("duration", DEFAULT_VIDEO_SECONDS)
+    seconds = float(duration) if isinstance(duration, int | float) and duration > 0 else DEFAULT_VIDEO_SECONDS
+    return Usage(videos=1, video_seconds=seconds)
+
+
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0

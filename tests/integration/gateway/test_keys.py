@@ -193,3 +193,18 @@ def test_grpc_checks_the_same_keys_and_scopes(start: Callable[..., RunningGatewa
         with pytest.raises(grpc.RpcError) as revoked:
             models.List(gateway_pb2.ListModelsRequest(), metadata=[("authorization", f"Bearer {chat_only['key']}")])
         assert revoked.value.code() == grpc.StatusCode.UNAUTHENTICATED and "revoked" in revoked.value.details()
+
+        chatter = create_key(http, gateway, name="grpc-chat", team="apps", scopes=["chat"])
+        chat = gateway_pb2_grpc.ChatStub(channel)
+        request = gateway_pb2.ChatRequest(body_json=json.dumps(CHAT))
+        chunks = list(chat.Complete(request, metadata=[("authorization", f"Bearer {chatter['key']}")]))
+        assert chunks and any(chunk.content for chunk in chunks)
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+
+    def recorded() -> bool:
+        answer = http.get(
+            f"{gateway.base_url}/v1/usage", params={"start": day, "end": day}, headers=bearer(chatter["key"])
+        )
+        return [r["requests"] for r in answer.json()["data"]] == [1]
+
+    wait_until(recorded)  # the gRPC stream's usage is recorded as the REST one's
