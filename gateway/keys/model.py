@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Scope = Literal["embeddings", "chat", "video", "search", "admin"]
 ALL_SCOPES: frozenset[str] = frozenset(get_args(Scope))
@@ -46,6 +46,16 @@ class KeyLimits(BaseModel):
     monthly_budget: float | TokenBudget | None = Field(
         None, description='Per UTC calendar month: a number in the price table\'s currency, or {"tokens": N}.'
     )
+
+    @field_validator("requests_per_minute")
+    @classmethod
+    def _known_positive(cls, value: int | dict[str, int] | None) -> int | dict[str, int] | None:
+        rates = value.values() if isinstance(value, dict) else [] if value is None else [value]
+        if any(rate <= 0 for rate in rates):
+            raise ValueError("requests per minute must be positive")
+        if isinstance(value, dict) and (unknown := set(value) - set(get_args(Family))):
+            raise ValueError(f"unknown route families {sorted(unknown)}; known: {sorted(get_args(Family))}")
+        return value
 
     def rpm_for(self, family: str) -> int | None:
         rpm = self.requests_per_minute

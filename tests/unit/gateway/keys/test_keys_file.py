@@ -37,6 +37,8 @@ def test_a_valid_file_gives_keys_with_hashed_secrets_and_team_limits() -> None:
         (f"keys:\n  - {{name: a, team: t, secret: {SECRET}, scopes: [root]}}", "unknown scopes ['root']"),
         (f"keys:\n  - {{name: a, team: t, secret: {SECRET}, limits: {{videos_per_day: -1}}}}", "videos_per_day"),
         (f"keys:\n  - {{name: a, team: t, secret: {SECRET}, expires_at: soon}}", "ISO 8601"),
+        ("teams:\n  t: {limits: {requests_per_minute: {chats: 5}}}", "unknown route families ['chats']"),
+        ("teams:\n  t: {limits: {requests_per_minute: 0}}", "must be positive"),
     ],
 )
 def test_an_invalid_file_is_refused_with_a_reason_that_never_quotes_a_secret(text: str, message: str) -> None:
