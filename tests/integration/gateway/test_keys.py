@@ -3,6 +3,7 @@ revocation, budgets, the usage record; secrets never in answers, logs, metrics o
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -17,7 +18,7 @@ from pydantic import SecretStr
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.keys.model import hash_secret
-from gateway.settings import AuthSettings, HunyuanSettings, RedisSettings, UsageSettings
+from gateway.settings import AuthSettings, HunyuanQuotaSettings, HunyuanSettings, RedisSettings, UsageSettings
 from gateway.usage.pricing import ModelPrice
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.running_gateway import RunningGateway
@@ -208,3 +209,37 @@ def test_grpc_checks_the_same_keys_and_scopes(start: Callable[..., RunningGatewa
         return [r["requests"] for r in answer.json()["data"]] == [1]
 
     wait_until(recorded)  # the gRPC stream's usage is recorded as the REST one's
+
+
+def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
+    start: Callable[..., RunningGateway], hunyuan_simulator: RunningHunyuanSimulator, tmp_path: Path
+) -> None:
+    hunyuan_simulator.config.ttft_seconds = 0.5  # calls last long enough to overlap
+    keys_file = tmp_path / "keys.yaml"
+    keys_file.write_text(
+        "teams:\n  busy: {limits: {concurrent_chat_streams: 2}}\n  quiet: {limits: {concurrent_chat_streams: 2}}\n"
+        "keys:\n  - {name: a, team: busy, secret: sk-team-busy-key-0001}\n"
+        "  - {name: b, team: quiet, secret: sk-team-quiet-key-0002}\n"
+    )
+    quota = HunyuanQuotaSettings(max_concurrent=4, max_wait_seconds=30)
+    hunyuan = HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key"), quota=quota)
+    gateway = start(keys_file=str(keys_file), concerns={"hunyuan": hunyuan})
+
+    async def flood() -> tuple[list[httpx.Response], list[httpx.Response]]:
+        async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
+
+            def ask(secret: str, n: int) -> Any:
+                body = {**CHAT, "messages": [{"role": "user", "content": f"question {secret[-4:]} {n}"}]}
+                return client.post("/v1/chat/completions", json=body, headers=bearer(secret))
+
+            busy = [ask("sk-team-busy-key-0001", n) for n in range(8)]
+            quiet = [ask("sk-team-quiet-key-0002", n) for n in range(2)]
+            answers = await asyncio.gather(*busy, *quiet)
+            return answers[:8], answers[8:]
+
+    busy, quiet = asyncio.run(flood())
+    assert [a.status_code for a in quiet] == [200, 200]  # the busy team's flood took none of their slots
+    assert sorted(a.status_code for a in busy) == [200, 200, *[429] * 6]
+    refused = next(a for a in busy if a.status_code == 429)
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded" and "team 'busy'" in refused.text
+    assert hunyuan_simulator.stats.max_in_flight <= 4
