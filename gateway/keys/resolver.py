@@ -65,6 +65,7 @@ class KeyResolver:
         self._by_id: dict[str, ApiKey] = {}
         self._teams: dict[str, KeyLimits] = {}
         self._team_names: frozenset[str] = frozenset()
+        self._enabled = False
         self._task: asyncio.Task[None] | None = None
         self._rebuild()
 
@@ -74,12 +75,13 @@ class KeyResolver:
 
     @property
     def enabled(self) -> bool:
-        """False while no source holds a key: every route is then open."""
-        return bool(self._by_hash)
+        """False while no source holds a key and no keys file is configured: every route is then open. A keys
+        file that does not load at start closes the gateway rather than opening it."""
+        return self._enabled
 
     def resolve(self, authorization: str | None) -> ApiKey:
         """The key the header names, or `AuthenticationError` (missing, malformed, unknown, expired, revoked)."""
-        if not self._by_hash:
+        if not self._enabled:
             return ANONYMOUS
         if not authorization:
             raise AuthenticationError("missing API key: send the header 'Authorization: Bearer <key>'")
@@ -176,6 +178,7 @@ class KeyResolver:
         self._by_id = {key.id: key for key in keys}
         self._teams = {**self._file_teams, **self._store_teams}
         self._team_names = frozenset(self._teams) | {key.team for key in keys}
+        self._enabled = bool(self._by_hash) or self._file is not None
 
     def _failed(self, source: str, message: str, *, force: bool = False) -> None:
         if force or source not in self._failing:

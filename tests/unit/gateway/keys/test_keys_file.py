@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 
+from gateway.errors import AuthenticationError
 from gateway.keys.keys_file import KeysFileError, parse_keys_file
 from gateway.keys.model import ALL_SCOPES, display_prefix, hash_secret, key_id_for
+from gateway.keys.resolver import ANONYMOUS, KeyResolver
 
 SECRET = "sk-unit-test-secret-abcd"
 
@@ -46,3 +51,13 @@ def test_an_invalid_file_is_refused_with_a_reason_that_never_quotes_a_secret(tex
         parse_keys_file(text)
     assert message in str(refused.value)
     assert SECRET not in str(refused.value)
+
+
+def test_a_keys_file_that_does_not_load_at_start_closes_the_gateway(tmp_path: Path) -> None:
+    broken = tmp_path / "keys.yaml"
+    broken.write_text("keys: [")
+    resolver = KeyResolver([], keys_file=str(broken))
+    asyncio.run(resolver.refresh())
+    with pytest.raises(AuthenticationError, match="invalid API key"):
+        resolver.resolve(f"Bearer {SECRET}")
+    assert KeyResolver([]).resolve(None) is ANONYMOUS  # no keys anywhere: open, as documented
