@@ -12,6 +12,7 @@ COUNTERS = (
     "completion_tokens",
     "reasoning_tokens",
     "cached_requests",
+    "saved_tokens",
     "embedding_texts",
     "embedding_tokens",
     "videos",
@@ -31,6 +32,7 @@ class Usage:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     cached_requests: int = 0
+    saved_tokens: int = 0  # upstream tokens a gateway cache answer did not spend
     embedding_texts: int = 0
     embedding_tokens: int = 0
     videos: int = 0
@@ -52,9 +54,10 @@ class Usage:
 
 def chat_usage(usage: dict[str, Any] | None, *, cached: bool) -> Usage:
     """From an OpenAI chat `usage` object; an answer from the gateway's cache costs no upstream tokens."""
-    if cached:
-        return Usage(cached_requests=1)
     usage = usage or {}
+    if cached:
+        saved = _count(usage.get("prompt_tokens")) + _count(usage.get("completion_tokens"))
+        return Usage(cached_requests=1, saved_tokens=saved)
     details = usage.get("completion_tokens_details") or {}
     prompt_details = usage.get("prompt_tokens_details") or {}
     return Usage(

@@ -56,5 +56,5 @@ def test_chat_usage_reads_reasoning_tokens_and_counts_cache_hits_as_free() -> No
         cached=False,
     )
     assert (usage.prompt_tokens, usage.completion_tokens, usage.reasoning_tokens) == (10, 30, 12)
-    hit = chat_usage({"prompt_tokens": 10}, cached=True)
-    assert hit.cached_requests == 1 and hit.prompt_tokens == 0
+    hit = chat_usage({"prompt_tokens": 10, "completion_tokens": 5}, cached=True)
+    assert hit.cached_requests == 1 and hit.prompt_tokens == 0 and hit.saved_tokens == 15
