@@ -29,16 +29,11 @@ STREAM_LEASE_US = 600 * 1_000_000  # a crashed replica's stream slot frees itsel
 class ChatReservation:
     """The tokens and stream slot a chat call holds; `settle()` reports what it really used."""
 
-    def __init__(self, reserved: int) -> None:
-        self.reserved = reserved
-        self.actual: int | None = None
+    def __init__(self) -> None:
+        self.actual: int | None = None  # None: unknown, the estimate stays charged
 
     def settle(self, tokens: int) -> None:
         self.actual = max(0, tokens)
-
-    @property
-    def correction(self) -> int:
-        return 0 if self.actual is None else self.actual - self.reserved
 
 
 class Gatekeeper:
@@ -74,12 +69,11 @@ class Gatekeeper:
     async def chat(self, key: ApiKey, estimated_tokens: int) -> AsyncIterator[ChatReservation]:
         """Chat tokens per minute (the estimate reserved, settled on exit) and a concurrent stream slot."""
         checks: list[Check] = []
-        reservation = ChatReservation(0)
+        reservation = ChatReservation()
         lease = uuid.uuid4().hex
         for subject, limits in self._subjects(key):
             if limits.chat_tokens_per_minute:
-                reserve = min(estimated_tokens, limits.chat_tokens_per_minute)
-                reservation.reserved = reserve  # the same estimate for key and team
+                reserve = min(estimated_tokens, limits.chat_tokens_per_minute)  # more could never be had
                 key_name = names.limit_key("tpm", subject)
                 checks.append(Check("tokens", key_name, limits.chat_tokens_per_minute, reserve))
             if limits.concurrent_chat_streams:
@@ -92,7 +86,7 @@ class Gatekeeper:
         try:
             yield reservation
         finally:
-            await self.limiter.release(checks, reservation.correction)
+            await self.limiter.release(checks, reservation.actual)
 
     async def count_video(self, key: ApiKey) -> None:
         """One more video today for the key and its team, or 429 when that is over `videos_per_day`."""

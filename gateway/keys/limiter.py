@@ -42,7 +42,8 @@ class Refusal:
 class KeyLimiter(Protocol):
     async def admit(self, checks: list[Check]) -> Refusal | None: ...
 
-    async def release(self, checks: list[Check], token_correction: int) -> None: ...
+    async def release(self, checks: list[Check], actual_tokens: int | None) -> None:
+        """Free the slots; settle each token reservation with the tokens used (None: unknown, keep it)."""
 
     async def add_spend(self, keys: list[str], cost: float, tokens: int) -> None: ...
 
@@ -69,12 +70,12 @@ class LocalKeyLimiter:
             self._take(check, now)
         return None
 
-    async def release(self, checks: list[Check], token_correction: int) -> None:
+    async def release(self, checks: list[Check], actual_tokens: int | None) -> None:
         now = _now_us()
         for check in checks:
             if check.kind == "tokens":
                 capacity = int(check.a)
-                level = min(capacity, self._level(check.key, capacity, now) - token_correction)
+                level = min(capacity, self._level(check.key, capacity, now) - correction(check, actual_tokens))
                 self._buckets[check.key] = (level, now)
             elif check.kind == "slots":
                 self._slots.get(check.key, set()).discard(str(check.b))
@@ -157,18 +158,18 @@ class RedisKeyLimiter:
             return None
         return Refusal(checks[int(reply[2]) - 1], int(reply[1]) / 1e6)
 
-    async def release(self, checks: list[Check], token_correction: int) -> None:
+    async def release(self, checks: list[Check], actual_tokens: int | None) -> None:
         entries = [c for c in checks if c.kind in ("tokens", "slots")]
         if not entries:
             return
         args: list[str | int | float] = []
         for check in entries:
-            args += [check.kind, check.a if check.kind == "tokens" else check.b, token_correction]
+            args += [check.kind, check.a if check.kind == "tokens" else check.b, correction(check, actual_tokens)]
         try:
             await self._release(keys=[c.key for c in entries], args=args)
         except REDIS_FAILURES as exc:  # the slot's lease frees it; the bucket refills on its own
             self._fall_back(exc)
-            await self._fallback.release(checks, token_correction)
+            await self._fallback.release(checks, actual_tokens)
 
     async def add_spend(self, keys: list[str], cost: float, tokens: int) -> None:
         """Spend is added by the usage store's record script in Redis (once per request id)."""
@@ -186,6 +187,11 @@ class RedisKeyLimiter:
         if self._degraded:
             self._degraded = False
             log.warning("key limits: Redis answers again; limits are shared across replicas")
+
+
+def correction(check: Check, actual_tokens: int | None) -> int:
+    """Tokens to charge (positive) or give back (negative) to a token check's bucket once the call is over."""
+    return 0 if actual_tokens is None or check.kind != "tokens" else actual_tokens - int(check.b)
 
 
 def _now_us() -> int:

@@ -1,6 +1,6 @@
 -- KEYS: one per check. ARGV: per check four values: kind, a, b, c (after prelude.lua: now_us, rate_*, bucket_*).
 --   rate    a = interval_us                       GCRA, burst of one (the account quota's arithmetic)
---   tokens  a = capacity per minute, b = reserve  token bucket; the reservation is settled later (settle.lua)
+--   tokens  a = capacity per minute, b = reserve  token bucket; the reservation is settled later (release.lua)
 --   slots   a = maximum, b = lease id, c = lease_us   leases in a sorted set scored by expiry
 --   count   a = limit, b = amount, c = ttl_ms     a counter that must stay <= limit (videos per day)
 --   budget  a = limit, b = field ('cost'|'tokens'), c = wait_us   refused once the hash's field reaches a
