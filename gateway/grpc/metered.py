@@ -61,7 +61,7 @@ class MeteredChat:
                 cached=result.outcome != "miss",
                 reservation=reservation,
                 held=stack.pop_all(),
-                record=lambda usage: self._usage.record(key, model, usage),
+                record=lambda usage: self._usage.record_durably(key, model, usage),
             )
             return metered, result
 
@@ -79,7 +79,8 @@ class MeteredVideo:
         key = current_key()
         await self._gatekeeper.count_video(key)
         task, created = await self._backend.submit(request, idempotency_key=idempotency_key, caller=caller)
-        self._usage.record(key, self._model, video_usage(request.model_extra), request_id=f"video:{task.id}")
+        usage = video_usage(request.model_extra)
+        await self._usage.record_durably(key, self._model, usage, request_id=f"video:{task.id}")
         return task, created
 
     async def get(self, task_id: str) -> Task:

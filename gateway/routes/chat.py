@@ -14,7 +14,7 @@ from gateway.protocol.chat import ChatCompletionRequest
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.embeddings import ERRORS
 from gateway.services.chat import CacheResult, ChatService, estimate_tokens
-from gateway.usage.hooks import record_usage
+from gateway.usage.hooks import record_usage_durably
 from gateway.usage.metering import metered_stream
 from gateway.usage.record import chat_usage
 
@@ -42,7 +42,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
                 cached=result.outcome != "miss",
                 reservation=reservation,
                 held=stack.pop_all(),
-                record=lambda usage: record_usage(request, body.model, usage),
+                record=lambda usage: record_usage_durably(request, body.model, usage),
             )
             headers = {**sse.HEADERS, **cache_headers(result)}
             return StreamingResponse(sse.encode_batches(metered), media_type=sse.MEDIA_TYPE, headers=headers)
@@ -52,7 +52,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         usage = chat_usage(completion.get("usage"), cached=result.outcome != "miss")
         if completion.get("usage") or result.outcome != "miss":  # without usage the estimate stays charged
             reservation.settle(usage.prompt_tokens + usage.completion_tokens)
-        cost = record_usage(request, body.model, usage)
+        cost = await record_usage_durably(request, body.model, usage)
     return JSONResponse(completion, headers={**cache_headers(result), **cost})
 
 

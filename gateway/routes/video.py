@@ -15,7 +15,7 @@ from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
 from gateway.services.video import VideoService, public_task
 from gateway.tasks.model import Task
-from gateway.usage.hooks import record_usage
+from gateway.usage.hooks import record_usage_durably
 from gateway.usage.record import video_usage
 
 router = APIRouter()
@@ -44,7 +44,8 @@ async def create_image_generation(
         headers["Idempotent-Replayed"] = "true"
     # Once per task (its id is the record's), however often the submit is replayed.
     usage = video_usage(body.model_extra)
-    headers.update(record_usage(request, request.app.state.video_model, usage, request_id=f"video:{task.id}"))
+    model = request.app.state.video_model
+    headers.update(await record_usage_durably(request, model, usage, request_id=f"video:{task.id}"))
     return task_response(task, status_code=202, headers=headers)
 
 

@@ -4,7 +4,7 @@ ends: the same for the REST stream and the gRPC one."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
@@ -18,7 +18,7 @@ async def metered_stream(
     cached: bool,
     reservation: ChatReservation,
     held: AsyncExitStack,
-    record: Callable[[Usage], object],
+    record: Callable[[Usage], Awaitable[object]],
 ) -> AsyncGenerator[list[str], None]:
     """`events`' batches; the chunk with a `usage` (the last, when the upstream sends one) is what is recorded.
     `held` (the key's tokens and stream slot) is released when the stream ends or the client goes."""
@@ -33,6 +33,6 @@ async def metered_stream(
         recorded = chat_usage(usage, cached=cached)
         if usage is not None or cached:  # a stream without usage (not asked for) keeps its estimate charged
             reservation.settle(recorded.prompt_tokens + recorded.completion_tokens)
-        record(recorded)
+        await record(recorded)  # before the stream's end ([DONE]) goes out: an answer received is on record
     finally:
         await held.aclose()

@@ -32,8 +32,24 @@ class UsageRecorder:
         self._failing = False
 
     def record(self, key: ApiKey, model: str, usage: Usage, request_id: str | None = None) -> tuple[Usage, bool]:
-        """Add `usage` to the key's record for `model` today; returns it priced, and whether a price applied.
-        `request_id` makes the record idempotent (e.g. a video task's id); by default each call is new."""
+        """Add `usage` to the key's record for `model` today, written in the background; returns it priced, and
+        whether a price applied. `request_id` makes the record idempotent (e.g. a video task's id)."""
+        priced, has_price, _ = self._start(key, model, usage, request_id)
+        return priced, has_price
+
+    async def record_durably(
+        self, key: ApiKey, model: str, usage: Usage, request_id: str | None = None
+    ) -> tuple[Usage, bool]:
+        """`record`, returning once the record is stored (or its write failed): for paid answers (chat, video),
+        so that an answer a client got is on record even if the process dies right after. The write is shielded:
+        a client that leaves meanwhile does not cancel it."""
+        priced, has_price, write = self._start(key, model, usage, request_id)
+        await asyncio.shield(write)
+        return priced, has_price
+
+    def _start(
+        self, key: ApiKey, model: str, usage: Usage, request_id: str | None
+    ) -> tuple[Usage, bool, asyncio.Task[None]]:
         priced, has_price = self._prices.priced(model, usage)
         self._count(key.team, priced)
         now = time.time()
@@ -50,7 +66,7 @@ class UsageRecorder:
         task = asyncio.ensure_future(self._write(entry))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
-        return priced, has_price
+        return priced, has_price, task
 
     async def flush(self) -> None:
         """Wait for the writes under way (tests, shutdown)."""
