@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import pytest
 from localtriton.ports import free_port
 from localtriton.server import wait_for_http_ok
 from tests.helpers.checkout import ROOT
+from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +27,19 @@ RPM = 600  # one request every 100 ms for the key, whichever replica it calls
 
 
 @pytest.fixture
-def replicas(redis_url: str, tmp_path: Path) -> Iterator[list[str]]:
-    processes, urls, logs = [], [], []
+def processes() -> list[subprocess.Popen[bytes]]:
+    """The replicas' processes, in the order of `replicas`."""
+    return []
+
+
+@pytest.fixture
+def replicas(
+    redis_url: str,
+    tmp_path: Path,
+    hunyuan_simulator: RunningHunyuanSimulator,
+    processes: list[subprocess.Popen[bytes]],
+) -> Iterator[list[str]]:
+    urls, logs = [], []
     for n in range(3):
         port = free_port()
         env = {
@@ -40,6 +53,8 @@ def replicas(redis_url: str, tmp_path: Path) -> Iterator[list[str]]:
             "GATEWAY_GRPC_PORT": str(free_port()),
             "GATEWAY_LOG_LEVEL": "INFO",  # access logs included: they must not hold a key either
             "TASKS_SQLITE_PATH": str(tmp_path / f"tasks-{n}.sqlite3"),
+            "HUNYUAN_BASE_URL": hunyuan_simulator.base_url,
+            "HUNYUAN_API_KEY": "upstream-key",
         }
         log = (tmp_path / f"gateway-{n}.log").open("wb")
         logs.append(log)
@@ -132,3 +147,47 @@ def test_a_keys_requests_per_minute_hold_across_three_replicas(replicas: list[st
         answers = [http.get(f"{url}/v1/models") for url in replicas]
     over = next(a for a in answers if a.status_code == 429)  # three calls inside one interval
     assert over.json()["error"]["code"] == "rate_limit_exceeded" and int(over.headers["retry-after"]) >= 1
+
+
+def test_every_answer_is_on_record_after_a_replica_is_killed_mid_load(
+    replicas: list[str], processes: list[subprocess.Popen[bytes]], hunyuan_simulator: RunningHunyuanSimulator
+) -> None:
+    hunyuan_simulator.config.ttft_seconds = 0.2  # calls overlap, so the kill finds some in flight
+    with httpx.Client(timeout=30) as http:
+        created = create_key(http, replicas[0], name="load")
+        deadline = time.monotonic() + 5
+        while any(status_on(http, url, created["key"]) != 200 for url in replicas):
+            assert time.monotonic() < deadline, "a new key was not accepted by every replica"
+            time.sleep(0.05)
+
+    async def load() -> list[httpx.Response | None]:
+        headers = {**bearer(created["key"]), "Cache-Control": "no-cache"}
+        async with httpx.AsyncClient(timeout=60, headers=headers) as client:
+
+            async def ask(n: int) -> httpx.Response | None:
+                body = {"model": "hy3-preview", "messages": [{"role": "user", "content": f"question {n}"}]}
+                try:
+                    return await client.post(f"{replicas[n % 3]}/v1/chat/completions", json=body)
+                except httpx.HTTPError:
+                    return None  # asked the killed replica
+
+            async def kill() -> None:
+                await asyncio.sleep(0.5)
+                processes[2].send_signal(signal.SIGKILL)
+
+            answers = await asyncio.gather(*(ask(n) for n in range(60)), kill())
+            return list(answers[:60])
+
+    answered = [a for a in asyncio.run(load()) if a is not None and a.status_code == 200]
+    assert 0 < len(answered) < 60
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    with httpx.Client(timeout=30) as http:
+        usage = http.get(
+            f"{replicas[0]}/v1/usage", params={"start": day, "end": day}, headers=bearer(created["key"])
+        ).json()["data"]
+    assert len(usage) == 1
+    assert usage[0]["requests"] == len(answered)
+    assert usage[0]["prompt_tokens"] == sum(a.json()["usage"]["prompt_tokens"] for a in answered)
+    assert usage[0]["completion_tokens"] == sum(a.json()["usage"]["completion_tokens"] for a in answered)
+    # The upstream also answered calls whose replica died before passing the answer on: never more on record.
+    assert hunyuan_simulator.stats.responses_by_status[200] >= len(answered)
