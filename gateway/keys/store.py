@@ -1,6 +1,6 @@
 """Where the admin API keeps keys and team limits: Redis (shared by every replica) or SQLite (one process).
 
-Both keep a version that every write bumps, so a replica polls one cheap value and reloads everything only
+Both keep a version that every write changes, so a replica polls one cheap value and reloads everything only
 when it changed (`KeyResolver`). Records never hold a secret, only its SHA-256.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -42,7 +43,7 @@ class KeyStore(Protocol):
 
 
 class RedisKeyStore:
-    """Hashes `<PREFIX>records` (id -> record JSON) and `keys:{gateway}:teams`, counter `…:version`."""
+    """Hashes `<prefix>records` (id -> record JSON) and `<prefix>teams`, and `<prefix>version` (random per write)."""
 
     def __init__(self, url: str, timeout_seconds: float = 0.25, prefix: str = PREFIX) -> None:
         self._client = redis_client(url, timeout_seconds)
@@ -56,7 +57,7 @@ class RedisKeyStore:
             value = await self._client.get(self._version)
         except REDIS_FAILURES as exc:
             raise KeyStoreUnavailableError("key store (Redis) unreachable", detail=str(exc)) from None
-        return str(int(value or 0))
+        return _text(value)
 
     async def load(self) -> StoredKeys:
         try:
@@ -70,7 +71,7 @@ class RedisKeyStore:
         return StoredKeys(
             [ApiKey.from_record(json.loads(raw)) for raw in records.values()],
             {name.decode(): KeyLimits.model_validate_json(raw) for name, raw in teams.items()},
-            str(int(version or 0)),
+            _text(version),
         )
 
     async def put_key(self, key: ApiKey) -> None:
@@ -83,13 +84,19 @@ class RedisKeyStore:
         try:
             async with self._client.pipeline(transaction=True) as pipe:
                 pipe.hset(hash_name, field, value)
-                pipe.incr(self._version)
+                # A new random version, not a counter: after Redis loses its data a counter would repeat a value
+                # the replicas already hold, and they would not reload.
+                pipe.set(self._version, uuid.uuid4().hex)
                 await pipe.execute()
         except REDIS_FAILURES as exc:
             raise KeyStoreUnavailableError("key store (Redis) unreachable", detail=str(exc)) from None
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode() if isinstance(value, bytes) else value or ""
 
 
 _SCHEMA = """

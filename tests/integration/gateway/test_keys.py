@@ -21,6 +21,7 @@ from gateway.keys.model import hash_secret
 from gateway.settings import AuthSettings, HunyuanQuotaSettings, HunyuanSettings, RedisSettings, UsageSettings
 from gateway.usage.pricing import ModelPrice
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
+from tests.helpers.redis_fixtures import RedisServer
 from tests.helpers.running_gateway import RunningGateway
 
 ADMIN = "admin-bootstrap-key-0001"
@@ -237,3 +238,25 @@ def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
     refused = next(a for a in busy if a.status_code == 429)
     assert refused.json()["error"]["code"] == "rate_limit_exceeded" and "team 'busy'" in refused.text
     assert hunyuan_simulator.stats.max_in_flight <= 4
+
+
+def test_a_redis_outage_keeps_the_keys_in_force_and_the_admin_api_answers_503(
+    start: Callable[..., RunningGateway], http: httpx.Client, redis_server: RedisServer, redis_url: str
+) -> None:
+    gateway = start(concerns={"redis": RedisSettings(url=SecretStr(redis_url))})
+    url = gateway.base_url
+    created = create_key(http, gateway, name="steady", team="search", limits={"requests_per_minute": 600000})
+    redis_server.stop()
+    try:
+        assert http.get(f"{url}/v1/models", headers=bearer(created["key"])).status_code == 200  # limited alone
+        refused = http.post(f"{url}/v1/admin/keys", json={"name": "n", "team": "t"}, headers=bearer(ADMIN))
+        assert refused.status_code == 503 and redis_url not in refused.text
+        assert "invalid API key" in http.get(f"{url}/v1/models", headers=bearer("sk-unknown-key-00000")).text
+    finally:
+        redis_server.start()
+    created_again = create_key(http, gateway, name="after", team="search")
+    wait_until(lambda: status_of(http, url, created_again["key"]) == 200)
+
+
+def status_of(http: httpx.Client, url: str, secret: str) -> int:
+    return http.get(f"{url}/v1/models", headers=bearer(secret)).status_code
