@@ -82,8 +82,8 @@ class AuthSettings(BaseSettings):
     keys_refresh_seconds: float = Field(
         0.25,
         gt=0,
-        description="How often each replica looks for changed keys (the keys file's mtime, the key store's version "
-        "counter): a key created, changed or revoked anywhere is in force everywhere within this. Lower: one more "
+        description="How often each replica looks for changed keys (the keys file's mtime, the key store's version): "
+        "a key created, changed or revoked anywhere is in force everywhere within this. Lower: one more "
         "cheap Redis GET per replica and interval.",
     )
     keys_sqlite_path: str = Field(
