@@ -16,7 +16,7 @@ from gateway.usage.record import Usage
 
 router = APIRouter()
 
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 502, 503, 504)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 429, 502, 503, 504)}
 
 
 def embeddings(request: Request) -> EmbeddingService:

@@ -20,7 +20,7 @@ from gateway.usage.record import video_usage
 
 router = APIRouter()
 
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 413, 429, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 429, 503)}
 
 
 def video(request: Request) -> VideoService:
