@@ -219,7 +219,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             app.state.grpc = grpc_server
             stack.push_async_callback(grpc_server.stop, settings.server.shutdown_grace_seconds)
             if not keys.resolver.enabled:
-                log.warning("no API keys are configured: every route is open to anyone who can reach it")
+                log.warning("no API keys are configured: every route but the admin API is open to anyone")
             log.info("gateway started", extra={"grpc_port": grpc_server.port})
             yield
 

@@ -70,8 +70,8 @@ class AuthSettings(BaseSettings):
     api_keys: SecretStr | None = Field(
         None,
         description="Comma-separated bearer keys, each an unnamed key of the team 'default' with every scope. With "
-        "no key here or created through the admin API, and no GATEWAY_KEYS_FILE, every route is open (a warning is "
-        "logged at start).",
+        "no key here or created through the admin API, and no GATEWAY_KEYS_FILE, every route but the admin API is "
+        "open (a warning is logged at start).",
     )
     keys_file: str | None = Field(
         None,

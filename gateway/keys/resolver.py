@@ -25,8 +25,17 @@ from gateway.keys.store import KeyStore
 
 log = logging.getLogger(__name__)
 
-# The caller when no key is configured anywhere: every route is open, usage is still recorded.
-ANONYMOUS = ApiKey(id="anonymous", secret_hash="", prefix="-", name="anonymous", team=UNNAMED_TEAM, source="env")
+# The caller when no key is configured anywhere: every route is open but the admin API (keys are minted by an
+# admin key, never by whoever reaches an open gateway), and usage is still recorded.
+ANONYMOUS = ApiKey(
+    id="anonymous",
+    secret_hash="",
+    prefix="-",
+    name="anonymous",
+    team=UNNAMED_TEAM,
+    scopes=ALL_SCOPES - {"admin"},
+    source="env",
+)
 
 
 def env_keys(secrets: list[bytes]) -> list[ApiKey]:

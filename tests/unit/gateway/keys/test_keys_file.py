@@ -60,4 +60,5 @@ def test_a_keys_file_that_does_not_load_at_start_closes_the_gateway(tmp_path: Pa
     asyncio.run(resolver.refresh())
     with pytest.raises(AuthenticationError, match="invalid API key"):
         resolver.resolve(f"Bearer {SECRET}")
-    assert KeyResolver([]).resolve(None) is ANONYMOUS  # no keys anywhere: open, as documented
+    assert KeyResolver([]).resolve(None) is ANONYMOUS  # no keys anywhere: open, as documented...
+    assert "admin" not in ANONYMOUS.scopes  # ...but for the admin API: nobody mints keys on an open gateway
