@@ -63,7 +63,7 @@ class KeyResolver:
         self._file = Path(keys_file) if keys_file else None
         self._store = store
         self._refresh_seconds = refresh_seconds
-        self._file_stamp: tuple[float, int] | None = None
+        self._file_stamp: tuple[int, int, int] | None = None
         self._file_keys: list[ApiKey] = []
         self._file_teams: dict[str, KeyLimits] = {}
         self._store_version: str | None = None
@@ -152,7 +152,8 @@ class KeyResolver:
         except OSError as exc:
             self._failed("file", f"keys file {self._file} unreadable ({exc.strerror}); the previous keys stay")
             return False
-        stamp = (status.st_mtime, status.st_size)
+        # The inode too: a Kubernetes Secret volume swaps in a new file (symlink) rather than rewriting it.
+        stamp = (status.st_mtime_ns, status.st_size, status.st_ino)
         if stamp == self._file_stamp:
             return False
         self._file_stamp = stamp
