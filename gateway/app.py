@@ -11,7 +11,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from gateway.auth import PUBLIC_PATHS, ApiKeyMiddleware, ApiKeyVerifier
+from gateway.auth import PUBLIC_PATHS
 from gateway.cache.chat import ExactChatCache, TtlPolicy
 from gateway.cache.embeddings import EmbeddingCache
 from gateway.cache.semantic import (
@@ -26,11 +26,14 @@ from gateway.cache.semantic import (
 )
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
+from gateway.grpc.metered import MeteredChat, MeteredEmbeddings, MeteredVideo
 from gateway.grpc.server import create_grpc_server
+from gateway.keys.middleware import KeyMiddleware
+from gateway.keys.services import KeyServices
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
-from gateway.routes import callbacks, chat, docs, embeddings, health, models, video
+from gateway.routes import admin, callbacks, chat, docs, embeddings, health, models, usage, video
 from gateway.services.chat import ChatService
 from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
@@ -171,13 +174,17 @@ def semantic_index(settings: Settings, embedder: TextEmbedder, redis_url: str | 
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
     """The gateway app. Tests may pass their own `embedder` (anything with the `Embedder` methods)."""
-    verifier = ApiKeyVerifier(settings.auth.keys())
+    keys = KeyServices(settings)
     in_flight = InFlightLimit(settings.limits.max_in_flight)  # REST and gRPC: one budget
     watchers = watcher_limit(settings.limits.max_task_watchers)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            await keys.start()
+            stack.push_async_callback(keys.aclose)
+            app.state.gatekeeper, app.state.key_admin, app.state.usage = keys.gatekeeper, keys.admin, keys.usage
+            app.state.video_model = settings.video.model_path  # what video usage is recorded and priced under
             triton = embedder
             if triton is None:
                 client = TritonClient(settings.triton)
@@ -201,12 +208,12 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 video_model=settings.video.model_path,
             )
             grpc_server = create_grpc_server(
-                service,
-                verifier,
+                MeteredEmbeddings(service, keys.usage),
+                keys.gatekeeper,
                 host=settings.server.host,
                 port=settings.server.grpc_port,
-                chat=app.state.chat,
-                video=app.state.video,
+                chat=MeteredChat(app.state.chat, keys.gatekeeper, keys.usage),
+                video=MeteredVideo(app.state.video, keys.gatekeeper, keys.usage, settings.video.model_path),
                 models=app.state.models,
                 in_flight=in_flight,
                 watchers=watchers,
@@ -216,8 +223,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             await grpc_server.start()
             app.state.grpc = grpc_server
             stack.push_async_callback(grpc_server.stop, settings.server.shutdown_grace_seconds)
-            if not verifier.enabled:
-                log.warning("GATEWAY_API_KEYS is not set: every route is open to anyone who can reach it")
+            if not keys.resolver.enabled:
+                log.warning("no API keys are configured: every route but the admin API is open to anyone")
             log.info("gateway started", extra={"grpc_port": grpc_server.port})
             yield
 
@@ -238,9 +245,11 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     models.attach_router(app)
     video.attach_router(app)
     callbacks.attach_router(app)
+    admin.attach_router(app)
+    usage.attach_router(app)
     health.attach_router(app)
     docs.attach_router(app)
-    app.add_middleware(ApiKeyMiddleware, verifier=verifier)
+    app.add_middleware(KeyMiddleware, gatekeeper=keys.gatekeeper)
     app.add_middleware(
         LimitsMiddleware,
         max_body_bytes=settings.limits.max_body_bytes,

@@ -4,10 +4,13 @@
     ├── InvalidRequestError           400 invalid_request_error
     │   └── InputTooLongError         400 (truncate: false and a text above the model's max tokens)
     ├── AuthenticationError           401 authentication_error
+    ├── PermissionDeniedError         403 permission_error (a key without the route's scope)
     ├── NotFoundError                 404 not_found_error
     ├── ConflictError                 409 conflict_error (e.g. an Idempotency-Key reused for another request)
     ├── PayloadTooLargeError          413 invalid_request_error
     ├── OverloadedError               429 rate_limit_error (+ Retry-After)
+    │   ├── RateLimitExceededError    429 code rate_limit_exceeded (a key's or team's limit)
+    │   └── InsufficientQuotaError    429 code insufficient_quota (a spent monthly budget)
     ├── ClientClosedRequestError      499 client_closed_request (nobody reads it: for logs and metrics)
     ├── UpstreamError                 502 upstream_error
     │   ├── UpstreamUnavailableError  503 service_unavailable
@@ -77,6 +80,12 @@ class AuthenticationError(GatewayError):
     code = "invalid_api_key"
 
 
+class PermissionDeniedError(GatewayError):
+    status_code = 403
+    type = "permission_error"
+    code = "insufficient_permissions"
+
+
 class NotFoundError(GatewayError):
     status_code = 404
     type = "not_found_error"
@@ -100,6 +109,15 @@ class OverloadedError(GatewayError):
 
     def __init__(self, message: str, *, retry_after: int = 1) -> None:
         super().__init__(message, headers={"Retry-After": str(retry_after)})
+
+
+class RateLimitExceededError(OverloadedError):
+    code = "rate_limit_exceeded"
+
+
+class InsufficientQuotaError(OverloadedError):
+    type = "insufficient_quota"
+    code = "insufficient_quota"
 
 
 class ClientClosedRequestError(GatewayError):

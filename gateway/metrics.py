@@ -117,3 +117,12 @@ VIDEO_TASKS_COMPLETED_BY_POLLING = Counter(
 )
 VIDEO_POLLS = Counter("gateway_image_polls_total", "Status polls of the image upstream by result.", ["result"])
 # result: in_queue | in_progress | completed | failed (the job ended in an error) | error (the poll failed)
+
+# Usage per team (teams come from the keys file and the admin API, never from a client: the label set is bounded).
+USAGE_REQUESTS = Counter("gateway_usage_requests_total", "Answered requests by team.", ["team"])
+USAGE_TOKENS = Counter("gateway_usage_tokens_total", "Tokens used by team and kind.", ["team", "kind"])
+# kind: prompt | completion | reasoning | embedding
+USAGE_COST = Counter(
+    "gateway_usage_cost_total", "Cost of the answered requests by team (GATEWAY_PRICES' currency).", ["team"]
+)
+USAGE_WRITE_ERRORS = Counter("gateway_usage_write_errors_total", "Usage records that could not be stored.")

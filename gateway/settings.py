@@ -13,6 +13,8 @@ from pydantic import Field, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.usage.pricing import ModelPrice
+
 
 class ServerSettings(BaseSettings):
     """Where the gateway listens, how it shuts down, and the URL at which upstreams reach it."""
@@ -66,13 +68,52 @@ class AuthSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
 
     api_keys: SecretStr | None = Field(
-        None, description="Comma-separated bearer keys. Unset: every route is open (a warning is logged at start)."
+        None,
+        description="Comma-separated bearer keys, each an unnamed key of the team 'default' with every scope. With "
+        "no key here or created through the admin API, and no GATEWAY_KEYS_FILE, every route but the admin API is "
+        "open (a warning is logged at start).",
+    )
+    keys_file: str | None = Field(
+        None,
+        description="YAML file of named keys (team, scopes, expiry, limits; secrets as SHA-256) and team limits, "
+        "e.g. mounted from a Secret. Checked for changes every GATEWAY_KEYS_REFRESH_SECONDS; a file that does not "
+        "parse keeps the previous keys in force and the reason is logged.",
+    )
+    keys_refresh_seconds: float = Field(
+        0.25,
+        gt=0,
+        description="How often each replica looks for changed keys (the keys file's mtime, the key store's version): "
+        "a key created, changed or revoked anywhere is in force everywhere within this. Lower: one more "
+        "cheap Redis GET per replica and interval.",
+    )
+    keys_sqlite_path: str = Field(
+        ".run/keys.sqlite3",
+        description="Keys created through the admin API without REDIS_URL (one replica); with REDIS_URL they are "
+        "kept in Redis, shared by every replica.",
     )
 
     def keys(self) -> list[bytes]:
         if self.api_keys is None:
             return []
         return [k.strip().encode() for k in self.api_keys.get_secret_value().split(",") if k.strip()]
+
+
+class UsageSettings(BaseSettings):
+    """The usage record per key, model and day, and the prices that make its cost."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
+
+    prices: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description='JSON price table by model: {"hy3-preview": {"input": 1.2, "output": 4.8, "cached": 0.3}, '
+        '"bge": {"embedding": 0.02}, "fal-ai/pika/v2.2/text-to-video": {"video_second": 0.05}}; chat prices per '
+        "1,000,000 tokens, embeddings per 1,000 tokens, videos per second, all in one currency. Models priced here "
+        "get X-Request-Cost and count against money budgets; the others cost 0.",
+    )
+    usage_sqlite_path: str = Field(
+        ".run/usage.sqlite3",
+        description="Usage records without REDIS_URL (one replica); with REDIS_URL they are kept in Redis.",
+    )
 
 
 class LimitSettings(BaseSettings):
@@ -377,6 +418,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     triton: TritonSettings = Field(default_factory=TritonSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    usage: UsageSettings = Field(default_factory=UsageSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     redis: RedisSettings = Field(default_factory=RedisSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)

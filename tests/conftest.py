@@ -28,11 +28,13 @@ TOOL_VARIABLES = ("MODEL", "TRITON_HTTP_PORT", "TRITON_GRPC_PORT", "TRITON_METRI
 
 
 @pytest.fixture(autouse=True)
-def clean_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test sees the developer's settings; none may reach a model hub."""
+def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test sees the developer's settings (nor an earlier test's keys and usage); none may reach a model hub."""
     for name in (*all_environment_variables(), *TOOL_VARIABLES):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("GATEWAY_KEYS_SQLITE_PATH", str(tmp_path / "keys.sqlite3"))
+    monkeypatch.setenv("GATEWAY_USAGE_SQLITE_PATH", str(tmp_path / "usage.sqlite3"))
 
 
 @pytest.fixture(scope="session")

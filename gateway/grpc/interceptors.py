@@ -1,5 +1,6 @@
-"""The one gRPC interceptor: API key check, the process's in-flight limit (shared with REST, and counted in
-the autoscaling gauge), a deadline for unary calls, `GatewayError` -> status code, latency metric.
+"""The one gRPC interceptor: API key check (scope and the key's limits included), the process's in-flight limit
+(shared with REST, and counted in the autoscaling gauge), a deadline for unary calls, `GatewayError` -> status
+code, latency metric.
 
 Like the REST error handlers in `gateway.errors`, this is the only place errors become gRPC statuses.
 Health and reflection calls pass through untouched: probes and tooling carry no API key.
@@ -17,8 +18,10 @@ from typing import Any
 
 import grpc
 
-from gateway.auth import ApiKeyVerifier
 from gateway.errors import GatewayError, UpstreamTimeoutError
+from gateway.keys.context import CURRENT_KEY
+from gateway.keys.families import grpc_family
+from gateway.keys.gatekeeper import Gatekeeper
 from gateway.limits import InFlightLimit
 from gateway.metrics import GRPC_LATENCY
 
@@ -37,6 +40,7 @@ WATCH_METHODS = frozenset({"/gateway.v1.Images/WatchTask"})  # permits from the 
 STATUS_BY_HTTP: Mapping[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
     409: grpc.StatusCode.FAILED_PRECONDITION,
     413: grpc.StatusCode.INVALID_ARGUMENT,
@@ -73,12 +77,12 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
 
     def __init__(
         self,
-        verifier: ApiKeyVerifier,
+        gatekeeper: Gatekeeper,
         in_flight: InFlightLimit | None = None,
         timeout_seconds: float | None = None,
         watchers: InFlightLimit | None = None,
     ) -> None:
-        self._verifier = verifier
+        self._gatekeeper = gatekeeper
         self._in_flight = in_flight
         self._watchers = watchers
         self._timeout = timeout_seconds
@@ -140,7 +144,10 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         permits = self._watchers if method in WATCH_METHODS else self._in_flight
         admitted = False
         try:
-            self._verifier.verify(_authorization(context))
+            family = grpc_family(method)
+            key = self._gatekeeper.authenticate(_authorization(context), family)
+            await self._gatekeeper.admit(key, family)
+            CURRENT_KEY.set(key)  # this call's task only: the servicer records usage with it
             if permits is not None:
                 if not permits.acquire():
                     raise permits.overloaded()

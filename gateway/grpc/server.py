@@ -9,7 +9,6 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from gateway.auth import ApiKeyVerifier
 from gateway.grpc.interceptors import GatewayInterceptor
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.grpc.servicer import (
@@ -22,6 +21,7 @@ from gateway.grpc.servicer import (
     ModelsServicer,
     VideoBackend,
 )
+from gateway.keys.gatekeeper import Gatekeeper
 from gateway.limits import InFlightLimit
 
 EMBEDDINGS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Embeddings"].full_name
@@ -67,7 +67,7 @@ class GrpcServer:
 
 def create_grpc_server(
     backend: EmbeddingBackend,
-    verifier: ApiKeyVerifier,
+    gatekeeper: Gatekeeper,
     *,
     host: str,
     port: int,
@@ -86,7 +86,7 @@ def create_grpc_server(
     """
     options = [("grpc.max_receive_message_length", max_message_bytes)] if max_message_bytes else []
     server = grpc.aio.server(
-        interceptors=[GatewayInterceptor(verifier, in_flight, timeout_seconds, watchers)], options=options
+        interceptors=[GatewayInterceptor(gatekeeper, in_flight, timeout_seconds, watchers)], options=options
     )
     _add_embeddings(EmbeddingsServicer(backend), server)
     services = [EMBEDDINGS_SERVICE]

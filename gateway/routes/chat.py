@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway import sse
 from gateway.disconnect import unless_disconnected
+from gateway.keys.middleware import gatekeeper, request_key
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.embeddings import ERRORS
-from gateway.services.chat import CacheResult, ChatService
+from gateway.services.chat import CacheResult, ChatService, estimate_tokens
+from gateway.usage.hooks import record_usage_durably
+from gateway.usage.metering import metered_stream
+from gateway.usage.record import chat_usage
 
 router = APIRouter()
 
@@ -24,14 +30,32 @@ def chat(request: Request) -> ChatService:
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     payload = body.model_dump(exclude_unset=True)  # the client's fields only, unknown ones included
     use_cache = cache_allowed(request)
-    if body.stream:  # the headers wait for the first chunk: a failure before it is a status, not an event
-        events, result = await unless_disconnected(request.receive, chat(request).stream(payload, use_cache=use_cache))
-        headers = {**sse.HEADERS, **cache_headers(result)}
-        return StreamingResponse(sse.encode_batches(events), media_type=sse.MEDIA_TYPE, headers=headers)
-    completion, result = await unless_disconnected(
-        request.receive, chat(request).complete(payload, use_cache=use_cache)
-    )
-    return JSONResponse(completion, headers=cache_headers(result))
+    async with AsyncExitStack() as stack:
+        # The key's chat tokens and stream slot: held until the answer (or the stream) ends.
+        reservation = await stack.enter_async_context(
+            gatekeeper(request).chat(request_key(request), estimate_tokens(payload))
+        )
+        if body.stream:  # the headers wait for the first chunk: a failure before it is a status, not an event
+            events, result = await unless_disconnected(
+                request.receive, chat(request).stream(payload, use_cache=use_cache)
+            )
+            metered = metered_stream(
+                events,
+                cached=result.outcome != "miss",
+                reservation=reservation,
+                held=stack.pop_all(),
+                record=lambda usage: record_usage_durably(request, body.model, usage),
+            )
+            headers = {**sse.HEADERS, **cache_headers(result)}
+            return StreamingResponse(sse.encode_batches(metered), media_type=sse.MEDIA_TYPE, headers=headers)
+        completion, result = await unless_disconnected(
+            request.receive, chat(request).complete(payload, use_cache=use_cache)
+        )
+        usage = chat_usage(completion.get("usage"), cached=result.outcome != "miss")
+        if completion.get("usage") or result.outcome != "miss":  # without usage the estimate stays charged
+            reservation.settle(usage.prompt_tokens + usage.completion_tokens)
+        cost = await record_usage_durably(request, body.model, usage)
+    return JSONResponse(completion, headers={**cache_headers(result), **cost})
 
 
 def cache_headers(result: CacheResult) -> dict[str, str]:

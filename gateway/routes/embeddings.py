@@ -11,10 +11,12 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from gateway.protocol.openai import EmbeddingRequest, EmbeddingResponse, ErrorResponse
 from gateway.routes.cache_control import cache_allowed
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService
+from gateway.usage.hooks import record_usage
+from gateway.usage.record import Usage
 
 router = APIRouter()
 
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 429, 502, 503, 504)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 429, 502, 503, 504)}
 
 
 def embeddings(request: Request) -> EmbeddingService:
@@ -27,10 +29,12 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     texts = [body.input] if isinstance(body.input, str) else body.input
     use_cache = cache_allowed(request)
     result = await embeddings(request).embed(texts, model=body.model, truncate=body.truncate, use_cache=use_cache)
+    usage = Usage(embedding_texts=len(texts), embedding_tokens=result.prompt_tokens)
     headers = {
         "X-Cache": result.cache,
         "X-Cached-Texts": str(result.cached_texts),
         "X-Truncated-Texts": str(result.truncated_texts),
+        **record_usage(request, result.model, usage),
     }
     return Response(response_body(result, body.encoding_format), media_type="application/json", headers=headers)
 

@@ -10,14 +10,17 @@ from fastapi.responses import StreamingResponse
 
 from gateway import sse
 from gateway.auth import caller_identity
+from gateway.keys.middleware import gatekeeper, request_key
 from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
 from gateway.services.video import VideoService, public_task
 from gateway.tasks.model import Task
+from gateway.usage.hooks import record_usage_durably
+from gateway.usage.record import video_usage
 
 router = APIRouter()
 
-ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 413, 429, 503)}
+ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 429, 503)}
 
 
 def video(request: Request) -> VideoService:
@@ -34,10 +37,15 @@ async def create_image_generation(
     ),
 ) -> Response:
     caller = caller_identity(request.headers.get("authorization"))
+    await gatekeeper(request).count_video(request_key(request))
     task, created = await video(request).submit(body, idempotency_key=idempotency_key, caller=caller)
     headers = {"Location": f"/v1/tasks/{task.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
+    # Once per task (its id is the record's), however often the submit is replayed.
+    usage = video_usage(body.model_extra)
+    model = request.app.state.video_model
+    headers.update(await record_usage_durably(request, model, usage, request_id=f"video:{task.id}"))
     return task_response(task, status_code=202, headers=headers)
 
 

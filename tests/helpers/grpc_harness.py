@@ -21,7 +21,6 @@ from gateway.grpc import codegen
 # Before anything imports `gateway.grpc.pb` (the test modules do, at collection).
 codegen.ensure_generated()
 
-from gateway.auth import ApiKeyVerifier  # noqa: E402
 from gateway.errors import (  # noqa: E402
     GatewayError,
     InputTooLongError,
@@ -36,6 +35,9 @@ from gateway.errors import (  # noqa: E402
 from gateway.grpc.pb.gateway.v1 import gateway_pb2_grpc  # noqa: E402
 from gateway.grpc.server import GrpcServer, create_grpc_server  # noqa: E402
 from gateway.grpc.servicer import ModelsBackend, VideoBackend  # noqa: E402
+from gateway.keys.gatekeeper import Gatekeeper  # noqa: E402
+from gateway.keys.limiter import LocalKeyLimiter  # noqa: E402
+from gateway.keys.resolver import KeyResolver, env_keys  # noqa: E402
 from gateway.limits import InFlightLimit  # noqa: E402
 from gateway.services.embeddings import EmbeddingResult  # noqa: E402
 
@@ -156,8 +158,8 @@ def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
     started: list[Harness] = []
 
     async def build(backend: FakeBackend, keys: Sequence[str], handlers: Sequence[Any], **options: Any) -> GrpcServer:
-        verifier = ApiKeyVerifier([key.encode() for key in keys])
-        server = create_grpc_server(backend, verifier, host="127.0.0.1", port=0, **options)
+        gatekeeper = Gatekeeper(KeyResolver(env_keys([key.encode() for key in keys])), LocalKeyLimiter())
+        server = create_grpc_server(backend, gatekeeper, host="127.0.0.1", port=0, **options)
         server.server.add_generic_rpc_handlers(tuple(handlers))
         await server.start()
         return server

@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from gateway.app import create_app
-from gateway.settings import CacheSettings, ServerSettings, Settings, TaskStoreSettings, TritonSettings
+from gateway.settings import (
+    AuthSettings,
+    CacheSettings,
+    ServerSettings,
+    Settings,
+    TaskStoreSettings,
+    TritonSettings,
+    UsageSettings,
+)
 from localtriton.ports import free_port
 from tests.helpers.servers import ThreadedServer
 
@@ -34,13 +42,15 @@ class RunningGateway(ThreadedServer):
 
 
 def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
-    """Settings for a test gateway: free ports, the given Triton, no cache unless asked for, a task
-    database of its own."""
-    task_db = Path(tempfile.mkdtemp(prefix="gateway-tasks-")) / "tasks.sqlite3"
+    """Settings for a test gateway: free ports, the given Triton, no cache unless asked for, task, key and
+    usage databases of its own."""
+    data = Path(tempfile.mkdtemp(prefix="gateway-tasks-"))
     defaults: dict[str, Any] = {
         "server": ServerSettings(host="127.0.0.1", http_port=free_port(), grpc_port=free_port()),
         "triton": TritonSettings(url=triton_url),
         "cache": CacheSettings(embedding_cache_mb=0),
-        "tasks": TaskStoreSettings(sqlite_path=str(task_db)),
+        "tasks": TaskStoreSettings(sqlite_path=str(data / "tasks.sqlite3")),
+        "auth": AuthSettings(keys_sqlite_path=str(data / "keys.sqlite3")),
+        "usage": UsageSettings(usage_sqlite_path=str(data / "usage.sqlite3")),
     }
     return Settings(**{**defaults, **concerns})

@@ -1,0 +1,198 @@
+"""The per-key and per-team limits as checks taken all together or not at all, in Redis (every replica) or in
+this process: `RedisKeyLimiter` runs `lua/admit.lua` after the account quota's `prelude.lua` (the same GCRA and
+token bucket arithmetic), `LocalKeyLimiter` runs the same rules in process memory. A refused request is not
+queued: it gets 429 at once with the wait the check returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Literal, Protocol
+
+from gateway.redis_client import REDIS_FAILURES, redis_client
+
+log = logging.getLogger(__name__)
+
+CheckKind = Literal["rate", "tokens", "slots", "count", "budget"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One limit of one subject. Parameters by kind: rate (a = interval µs); tokens (a = per minute,
+    b = reserve); slots (a = maximum, b = lease id, c = lease µs); count (a = limit, b = amount, c = ttl ms);
+    budget (a = limit, b = 'cost' | 'tokens', c = µs until the budget renews)."""
+
+    kind: CheckKind
+    key: str
+    a: float | int
+    b: float | int | str = 0
+    c: int = 0
+
+
+@dataclass(frozen=True)
+class Refusal:
+    check: Check
+    wait_seconds: float
+
+
+class KeyLimiter(Protocol):
+    async def admit(self, checks: list[Check]) -> Refusal | None: ...
+
+    async def release(self, checks: list[Check], actual_tokens: int | None) -> None:
+        """Free the slots; settle each token reservation with the tokens used (None: unknown, keep it)."""
+
+    async def add_spend(self, keys: list[str], cost: float, tokens: int) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class LocalKeyLimiter:
+    """The checks in this process alone (no Redis): right for one replica."""
+
+    def __init__(self) -> None:
+        self._tat: dict[str, int] = {}
+        self._buckets: dict[str, tuple[float, int]] = {}
+        self._slots: dict[str, set[str]] = {}
+        self._counts: dict[str, tuple[int, int]] = {}  # key -> (count, expires at µs)
+        self._spend: dict[str, dict[str, float]] = {}
+
+    async def admit(self, checks: list[Check]) -> Refusal | None:
+        now = _now_us()
+        for check in checks:
+            wait = self._wait(check, now)
+            if wait > 0:
+                return Refusal(check, wait / 1e6)
+        for check in checks:
+            self._take(check, now)
+        return None
+
+    async def release(self, checks: list[Check], actual_tokens: int | None) -> None:
+        now = _now_us()
+        for check in checks:
+            if check.kind == "tokens":
+                capacity = int(check.a)
+                level = min(capacity, self._level(check.key, capacity, now) - correction(check, actual_tokens))
+                self._buckets[check.key] = (level, now)
+            elif check.kind == "slots":
+                self._slots.get(check.key, set()).discard(str(check.b))
+
+    async def add_spend(self, keys: list[str], cost: float, tokens: int) -> None:
+        for key in keys:
+            spent = self._spend.setdefault(key, {"cost": 0.0, "tokens": 0.0})
+            spent["cost"] += cost
+            spent["tokens"] += tokens
+
+    async def aclose(self) -> None:
+        """Nothing to close in process."""
+
+    def _wait(self, check: Check, now: int) -> float:
+        if check.kind == "rate":
+            return self._tat.get(check.key, 0) - now
+        if check.kind == "tokens":
+            capacity = int(check.a)
+            return math.ceil((float(check.b) - self._level(check.key, capacity, now)) * 60_000_000 / capacity)
+        if check.kind == "slots":
+            return 1_000_000 if len(self._slots.get(check.key, ())) >= int(check.a) else 0
+        if check.kind == "count":
+            count, expires = self._counts.get(check.key, (0, 0))
+            count = count if expires > now else 0
+            return check.c * 1000 if count + int(check.b) > int(check.a) else 0
+        spent = self._spend.get(check.key, {}).get(str(check.b), 0.0)
+        return check.c if spent >= float(check.a) else 0
+
+    def _take(self, check: Check, now: int) -> None:
+        if check.kind == "rate":
+            self._tat[check.key] = now + int(check.a)
+        elif check.kind == "tokens":
+            self._buckets[check.key] = (self._level(check.key, int(check.a), now) - float(check.b), now)
+        elif check.kind == "slots":
+            self._slots.setdefault(check.key, set()).add(str(check.b))
+        elif check.kind == "count":
+            count, expires = self._counts.get(check.key, (0, 0))
+            count = count if expires > now else 0
+            self._counts[check.key] = (count + int(check.b), now + check.c * 1000)
+
+    def _level(self, key: str, capacity: int, now: int) -> float:
+        level, at = self._buckets.get(key, (float(capacity), now))
+        return min(float(capacity), level + (now - at) * capacity / 60_000_000)
+
+
+def _lua(name: str) -> str:
+    prelude = files("gateway.quota").joinpath("lua").joinpath("prelude.lua").read_text(encoding="utf-8")
+    return prelude + "\n" + files("gateway.keys").joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+
+
+class RedisKeyLimiter:
+    """The checks on Redis' clock, shared by every replica. While Redis fails, each replica limits alone
+    (`LocalKeyLimiter`), logged once per outage: a dead Redis must not fail requests."""
+
+    def __init__(self, url: str, timeout_seconds: float = 0.25, backoff_seconds: float = 1.0) -> None:
+        self._client = redis_client(url, timeout_seconds)
+        self._admit = self._client.register_script(_lua("admit"))
+        self._release = self._client.register_script(_lua("release"))
+        self._fallback = LocalKeyLimiter()
+        self._backoff = backoff_seconds
+        self._retry_at = -math.inf
+        self._degraded = False
+
+    def __repr__(self) -> str:
+        return "RedisKeyLimiter()"  # no URL: it may hold a password
+
+    async def admit(self, checks: list[Check]) -> Refusal | None:
+        if time.monotonic() < self._retry_at:
+            return await self._fallback.admit(checks)
+        args: list[str | int | float] = []
+        for check in checks:
+            args += [check.kind, check.a, check.b, check.c]
+        try:
+            reply = await self._admit(keys=[c.key for c in checks], args=args)
+        except REDIS_FAILURES as exc:
+            self._fall_back(exc)
+            return await self._fallback.admit(checks)
+        self._recovered()
+        if int(reply[0]) == 1:
+            return None
+        return Refusal(checks[int(reply[2]) - 1], int(reply[1]) / 1e6)
+
+    async def release(self, checks: list[Check], actual_tokens: int | None) -> None:
+        entries = [c for c in checks if c.kind in ("tokens", "slots")]
+        if not entries:
+            return
+        args: list[str | int | float] = []
+        for check in entries:
+            args += [check.kind, check.a if check.kind == "tokens" else check.b, correction(check, actual_tokens)]
+        try:
+            await self._release(keys=[c.key for c in entries], args=args)
+        except REDIS_FAILURES as exc:  # the slot's lease frees it; the bucket refills on its own
+            self._fall_back(exc)
+            await self._fallback.release(checks, actual_tokens)
+
+    async def add_spend(self, keys: list[str], cost: float, tokens: int) -> None:
+        """Spend is added by the usage store's record script in Redis (once per request id)."""
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _fall_back(self, exc: BaseException) -> None:
+        self._retry_at = time.monotonic() + self._backoff
+        if not self._degraded:
+            self._degraded = True
+            log.warning("key limits: Redis unreachable (%s); limiting this replica alone", type(exc).__name__)
+
+    def _recovered(self) -> None:
+        if self._degraded:
+            self._degraded = False
+            log.warning("key limits: Redis answers again; limits are shared across replicas")
+
+
+def correction(check: Check, actual_tokens: int | None) -> int:
+    """Tokens to charge (positive) or give back (negative) to a token check's bucket once the call is over."""
+    return 0 if actual_tokens is None or check.kind != "tokens" else actual_tokens - int(check.b)
+
+
+def _now_us() -> int:
+    return time.monotonic_ns() // 1000

@@ -1,0 +1,53 @@
+"""The keys, their limits and the usage record, built from the settings: Redis-backed when REDIS_URL is set
+(shared by every replica), else SQLite and in-process state (one replica)."""
+
+from __future__ import annotations
+
+import time
+
+from gateway.keys import names
+from gateway.keys.admin import KeyAdmin
+from gateway.keys.gatekeeper import Gatekeeper
+from gateway.keys.limiter import KeyLimiter, LocalKeyLimiter, RedisKeyLimiter
+from gateway.keys.resolver import KeyResolver, env_keys
+from gateway.keys.store import build_key_store
+from gateway.settings import Settings
+from gateway.usage.pricing import PriceTable
+from gateway.usage.recorder import UsageRecorder
+from gateway.usage.store import SqliteUsageStore, build_usage_store
+
+
+class KeyServices:
+    """Built when the app is (the middleware needs the gatekeeper); `start()` loads the keys and starts their
+    refreshes, `aclose()` stops them and closes the stores."""
+
+    def __init__(self, settings: Settings) -> None:
+        redis_url = settings.redis.url_value()
+        auth = settings.auth
+        self.resolver = KeyResolver(
+            env_keys(auth.keys()),
+            keys_file=auth.keys_file,
+            store=build_key_store(redis_url, auth.keys_sqlite_path),
+            refresh_seconds=auth.keys_refresh_seconds,
+        )
+        self.limiter: KeyLimiter = RedisKeyLimiter(redis_url) if redis_url else LocalKeyLimiter()
+        self.gatekeeper = Gatekeeper(self.resolver, self.limiter)
+        self.admin = KeyAdmin(self.resolver)
+        store = build_usage_store(redis_url, settings.usage.usage_sqlite_path)
+        self.usage = UsageRecorder(store, PriceTable(settings.usage.prices), self.limiter, self.resolver)
+
+    async def start(self) -> None:
+        await self.resolver.start()
+        store, limiter = self.usage.store, self.limiter
+        if isinstance(store, SqliteUsageStore) and isinstance(limiter, LocalKeyLimiter):
+            # In-process budgets start from this month's records, so a restart does not reset them.
+            month = names.month_of(time.time())
+            for subject, (cost, tokens) in (await store.month_spend(month)).items():
+                await limiter.add_spend([names.spend_key(month, subject)], cost, tokens)
+
+    async def aclose(self) -> None:
+        await self.resolver.aclose()
+        await self.usage.aclose()
+        await self.limiter.aclose()
+        if self.resolver.store is not None:
+            await self.resolver.store.aclose()

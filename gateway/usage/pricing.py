@@ -1,0 +1,41 @@
+"""The price table (GATEWAY_PRICES): what a request costs, in the table's currency."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.usage.record import Usage
+
+
+class ModelPrice(BaseModel):
+    """One model's prices; unset prices count as 0."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: float = Field(0.0, ge=0, description="Per 1,000,000 prompt tokens (not served from the prompt cache).")
+    output: float = Field(0.0, ge=0, description="Per 1,000,000 completion tokens (reasoning included).")
+    cached: float = Field(0.0, ge=0, description="Per 1,000,000 prompt tokens the upstream served from its cache.")
+    embedding: float = Field(0.0, ge=0, description="Per 1,000 embedding tokens.")
+    video_second: float = Field(0.0, ge=0, description="Per second of generated video.")
+
+
+class PriceTable:
+    def __init__(self, prices: dict[str, ModelPrice]) -> None:
+        self._prices = prices
+
+    def priced(self, model: str, usage: Usage) -> tuple[Usage, bool]:
+        """`usage` with its cost filled in, and whether the model has a price at all."""
+        price = self._prices.get(model)
+        if price is None:
+            return usage, False
+        cached = min(usage.cached_tokens, usage.prompt_tokens)
+        cost = (
+            (usage.prompt_tokens - cached) * price.input / 1e6
+            + cached * price.cached / 1e6
+            + usage.completion_tokens * price.output / 1e6
+            + usage.embedding_tokens * price.embedding / 1e3
+            + usage.video_seconds * price.video_second
+        )
+        return replace(usage, cost=round(cost, 9)), True

@@ -1,0 +1,205 @@
+"""Where usage records are kept: Redis (every replica adds to the same counters) or SQLite (one process).
+
+A record is added once per request id (a retried write of the same request is not counted twice), to the
+counters of its key x model x UTC day; the spend of the key and its team for the month grows with it (the
+budgets read it). Rows carry the team and key prefix as they were when the request was answered.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import date, timedelta
+from importlib.resources import files
+from pathlib import Path
+from typing import Protocol
+
+from gateway.errors import UpstreamUnavailableError
+from gateway.keys.names import PREFIX, key_subject, spend_key, team_subject
+from gateway.redis_client import REDIS_FAILURES, redis_client
+from gateway.usage.record import COUNTERS, Usage
+
+SEEN_SECONDS = 2 * 86400  # how long a request id is remembered: longer than any retry of its write
+RETENTION_SECONDS = 400 * 86400
+
+
+@dataclass(frozen=True)
+class UsageEntry:
+    """One request's record, as written."""
+
+    request_id: str
+    day: str
+    month: str
+    key_id: str
+    key_prefix: str
+    team: str
+    model: str
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """The counters of one key x model x day."""
+
+    day: str
+    key_id: str
+    key_prefix: str
+    team: str
+    model: str
+    counters: dict[str, float]
+
+
+class UsageStore(Protocol):
+    async def add(self, entry: UsageEntry) -> bool: ...
+
+    async def rows(self, start: date, end: date) -> list[UsageRow]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _days(start: date, end: date) -> list[str]:
+    return [(start + timedelta(days=n)).isoformat() for n in range((end - start).days + 1)]
+
+
+class RedisUsageStore:
+    """Per day a set of `key_id\\tmodel` members and a hash of counters for each (`lua/record.lua`)."""
+
+    def __init__(self, url: str, timeout_seconds: float = 0.25) -> None:
+        self._client = redis_client(url, timeout_seconds)
+        script = files("gateway.usage").joinpath("lua").joinpath("record.lua").read_text(encoding="utf-8")
+        self._record = self._client.register_script(script)
+
+    def __repr__(self) -> str:
+        return "RedisUsageStore()"  # no URL: it may hold a password
+
+    async def add(self, entry: UsageEntry) -> bool:
+        member = f"{entry.key_id}\t{entry.model}"
+        keys = [
+            f"{PREFIX}usage:seen:{entry.request_id}",
+            f"{PREFIX}usage:{entry.day}:{member}",
+            f"{PREFIX}usage:{entry.day}",
+            spend_key(entry.month, key_subject(entry.key_id)),
+            spend_key(entry.month, team_subject(entry.team)),
+        ]
+        usage = entry.usage
+        args: list[str | float] = [
+            SEEN_SECONDS,
+            member,
+            entry.team,
+            entry.key_prefix,
+            RETENTION_SECONDS,
+            usage.cost,
+            usage.tokens,
+        ]
+        for name, value in usage.counters().items():
+            if value:
+                args += [name, value]
+        return bool(await self._record(keys=keys, args=args))
+
+    async def rows(self, start: date, end: date) -> list[UsageRow]:
+        try:
+            return await self._rows(start, end)
+        except REDIS_FAILURES as exc:
+            raise UpstreamUnavailableError("usage store (Redis) unreachable; retry shortly", detail=str(exc)) from None
+
+    async def _rows(self, start: date, end: date) -> list[UsageRow]:
+        days = _days(start, end)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for day in days:
+                pipe.smembers(f"{PREFIX}usage:{day}")
+            members = await pipe.execute()
+        wanted = [(day, m.decode()) for day, found in zip(days, members, strict=True) for m in sorted(found)]
+        async with self._client.pipeline(transaction=False) as pipe:
+            for day, member in wanted:
+                pipe.hgetall(f"{PREFIX}usage:{day}:{member}")
+            hashes = await pipe.execute()
+        rows = []
+        for (day, member), raw in zip(wanted, hashes, strict=True):
+            fields = {k.decode(): v.decode() for k, v in raw.items()}
+            key_id, _, model = member.partition("\t")
+            counters = {name: float(fields.get(name, 0)) for name in COUNTERS}
+            rows.append(UsageRow(day, key_id, fields.get("key_prefix", ""), fields.get("team", ""), model, counters))
+        return rows
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+_COLUMNS = ", ".join(f"{name} REAL NOT NULL DEFAULT 0" for name in COUNTERS)
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS usage (
+    day TEXT NOT NULL, key_id TEXT NOT NULL, model TEXT NOT NULL, team TEXT NOT NULL, key_prefix TEXT NOT NULL,
+    {_COLUMNS}, PRIMARY KEY (day, key_id, model)
+);
+CREATE TABLE IF NOT EXISTS usage_seen (request_id TEXT PRIMARY KEY, day TEXT NOT NULL);
+"""
+_UPSERT = (
+    f"INSERT INTO usage (day, key_id, model, team, key_prefix, {', '.join(COUNTERS)}) "
+    f"VALUES (?, ?, ?, ?, ?, {', '.join('?' for _ in COUNTERS)}) "
+    "ON CONFLICT (day, key_id, model) DO UPDATE SET team = excluded.team, key_prefix = excluded.key_prefix, "
+    + ", ".join(f"{name} = {name} + excluded.{name}" for name in COUNTERS)
+)
+
+
+class SqliteUsageStore:
+    """The same in an SQLite file; each record is one short transaction on the event loop (as the task
+    store's statements: microseconds each, cheaper than a worker thread)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._db: sqlite3.Connection | None = None
+        self._purged_day = ""
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        return self._db
+
+    async def add(self, entry: UsageEntry) -> bool:
+        db = self._connection()
+        with db:
+            db.execute("BEGIN IMMEDIATE")
+            seen = db.execute("INSERT OR IGNORE INTO usage_seen VALUES (?, ?)", (entry.request_id, entry.day))
+            if seen.rowcount == 0:
+                return False
+            values = [entry.usage.counters()[name] for name in COUNTERS]
+            db.execute(_UPSERT, (entry.day, entry.key_id, entry.model, entry.team, entry.key_prefix, *values))
+            if entry.day != self._purged_day:  # once a day: ids older than any retry of their write go
+                oldest = (date.fromisoformat(entry.day) - timedelta(seconds=SEEN_SECONDS)).isoformat()
+                db.execute("DELETE FROM usage_seen WHERE day < ?", (oldest,))
+                self._purged_day = entry.day
+        return True
+
+    async def rows(self, start: date, end: date) -> list[UsageRow]:
+        query = f"SELECT day, key_id, key_prefix, team, model, {', '.join(COUNTERS)} FROM usage "
+        query += "WHERE day BETWEEN ? AND ? ORDER BY day, key_id, model"
+        return [
+            UsageRow(row[0], row[1], row[2], row[3], row[4], dict(zip(COUNTERS, row[5:], strict=True)))
+            for row in self._connection().execute(query, (start.isoformat(), end.isoformat()))
+        ]
+
+    async def month_spend(self, month: str) -> dict[str, tuple[float, int]]:
+        """Cost and tokens per subject (`key:<id>`, `team:<name>`) this month: the budgets after a restart."""
+        query = "SELECT key_id, team, SUM(cost), SUM(prompt_tokens + completion_tokens + embedding_tokens) "
+        query += "FROM usage WHERE day LIKE ? GROUP BY key_id, team"
+        spend: dict[str, tuple[float, int]] = {}
+        for key_id, team, cost, tokens in self._connection().execute(query, (f"{month}-%",)):
+            for subject in (key_subject(key_id), team_subject(team)):
+                before = spend.get(subject, (0.0, 0))
+                spend[subject] = (before[0] + cost, before[1] + int(tokens))
+        return spend
+
+    async def aclose(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def build_usage_store(redis_url: str | None, sqlite_path: str) -> UsageStore:
+    if redis_url is not None:
+        return RedisUsageStore(redis_url)
+    return SqliteUsageStore(sqlite_path)
