@@ -72,8 +72,10 @@ up: $(EXPORTED) $(PROTO_OUT) ## set up, export the default model if missing, sta
 		TRITON_URL="$${TRITON_URL:-127.0.0.1:$${TRITON_GRPC_PORT:-8001}}" setsid $(PY) -m gateway >> .run/gateway.log 2>&1 & \
 		echo $$! > .run/gateway.pid; \
 	fi
-	@$(PY) -m localtriton wait --url http://127.0.0.1:$(GATEWAY_HTTP_PORT)/readyz --timeout 60 || \
-		{ echo "gateway not ready: see .run/gateway.log"; exit 1; }
+	@# /readyz answers 200 without Triton (embeddings degraded): wait for the model itself first
+	@$(PY) -m localtriton wait --url http://127.0.0.1:$${TRITON_HTTP_PORT:-8000}/v2/models/bge/ready --timeout 300 && \
+		$(PY) -m localtriton wait --url http://127.0.0.1:$(GATEWAY_HTTP_PORT)/readyz --timeout 60 || \
+		{ echo "gateway not ready: see .run/gateway.log and .run/triton.log"; exit 1; }
 	@echo "gateway ready: http://127.0.0.1:$(GATEWAY_HTTP_PORT) (REST, /docs, /metrics) grpc://127.0.0.1:$${GATEWAY_GRPC_PORT:-50051} (log .run/gateway.log)"
 
 down: ## stop what `make up` started

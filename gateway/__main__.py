@@ -63,6 +63,7 @@ def main() -> None:
         loop="uvloop",  # grpc.aio and tritonclient's aio channel run on it too
         http=with_header_deadline(settings.server.header_timeout_seconds),  # httptools, with a header deadline
         timeout_graceful_shutdown=int(settings.server.shutdown_grace_seconds),
+        timeout_keep_alive=int(settings.server.keepalive_seconds),
     )
     GatewayServer(config, app, settings.server.shutdown_grace_seconds).run()
 

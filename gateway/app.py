@@ -27,7 +27,7 @@ from gateway.cache.semantic import (
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
 from gateway.grpc.metered import MeteredChat, MeteredEmbeddings, MeteredVideo
-from gateway.grpc.server import create_grpc_server
+from gateway.grpc.server import connection_age, create_grpc_server
 from gateway.keys.middleware import KeyMiddleware
 from gateway.keys.services import KeyServices
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
@@ -219,6 +219,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,
                 max_message_bytes=settings.limits.max_body_bytes,
+                max_connection_age=connection_age(settings.server),
             )
             await grpc_server.start()
             app.state.grpc = grpc_server

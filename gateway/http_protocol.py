@@ -4,7 +4,8 @@ uvicorn closes a keep-alive connection that stays idle after a response, but a c
 sends a request, or sends its headers a byte at a time, is held open for ever: enough of them (a
 slowloris, or a pool of clients that leak connections) use up the process's file descriptors and every
 route fails. Here each connection must complete a request's headers within the deadline, counted from
-when it opens or its last response ended.
+when it opens, or from the end of the keep-alive idle time after its last response (an idle kept-alive
+connection is uvicorn's to close, after `timeout_keep_alive`).
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ class HeaderDeadlineProtocol(HttpToolsProtocol):
         pipelined = bool(self.pipeline)  # a request already read starts now: its headers are complete
         super().on_response_complete()
         if not pipelined:
-            self._arm_header_deadline()
+            self._arm_header_deadline(idle=self.timeout_keep_alive)
 
-    def _arm_header_deadline(self) -> None:
+    def _arm_header_deadline(self, idle: float = 0.0) -> None:
         self._disarm_header_deadline()
         if not self.transport.is_closing():
-            self._header_deadline = self.loop.call_later(self.header_timeout_seconds, self._headers_overdue)
+            self._header_deadline = self.loop.call_later(idle + self.header_timeout_seconds, self._headers_overdue)
 
     def _disarm_header_deadline(self) -> None:
         if self._header_deadline is not None:

@@ -46,6 +46,7 @@ TRITON_LATENCY = Histogram(
 )
 TRITON_ERRORS = Counter("gateway_triton_errors_total", "Failed Triton calls by reason.", ["reason"])
 # reason: unavailable | timeout | invalid | error
+TRITON_UP = Gauge("gateway_triton_up", "0 while Triton is unreachable or not serving the model (embeddings 503).")
 EMBEDDING_BATCH_SIZE = Histogram(
     "gateway_embedding_batch_size", "Texts per Triton call (after cache hits are removed).", buckets=BATCH_BUCKETS
 )

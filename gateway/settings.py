@@ -32,6 +32,22 @@ class ServerSettings(BaseSettings):
         description="A connection that does not complete a request's headers this long after it opened or its "
         "last response ended is closed (idle and slow-header connections would otherwise hold sockets for ever).",
     )
+    keepalive_seconds: float = Field(
+        75.0,
+        description="An idle keep-alive HTTP connection is closed after this long (uvicorn's timeout_keep_alive). "
+        "Keep it above the keep-alive of the proxy in front (nginx: 60 s), so that the proxy closes idle "
+        "connections first: a request sent on a connection the gateway is closing gets 502 from the proxy.",
+    )
+    grpc_max_connection_age_seconds: float = Field(
+        300.0,
+        description="gRPC connections are told to reconnect (GOAWAY) after this long, so that clients with "
+        "long-lived channels spread over replicas added since (0: never).",
+    )
+    grpc_max_connection_age_grace_seconds: float = Field(
+        300.0,
+        description="Calls in flight on an aged gRPC connection get this long to finish (a chat stream may "
+        "last HUNYUAN_TOTAL_TIMEOUT_SECONDS) before it is closed.",
+    )
     log_level: str = Field("INFO", description="Log level of the JSON logs.")
     public_url: str | None = Field(
         None,
@@ -45,7 +61,11 @@ class TritonSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TRITON_", frozen=True)
 
-    url: str = Field("127.0.0.1:8001", description="Triton's gRPC address (host:port).")
+    url: str = Field(
+        "127.0.0.1:8001",
+        description="Triton's gRPC address (host:port, or dns:///host:port). Calls go round robin over every "
+        "address the name resolves to: give a headless Service's name to spread them over all Triton pods.",
+    )
     model: str = Field("bge", description="Ensemble that maps TEXT to EMBEDDING.")
     timeout_seconds: float = Field(
         30.0, description="Deadline of one Triton call; longer waits fail with 504 instead of piling up."

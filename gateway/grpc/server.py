@@ -23,6 +23,7 @@ from gateway.grpc.servicer import (
 )
 from gateway.keys.gatekeeper import Gatekeeper
 from gateway.limits import InFlightLimit
+from gateway.settings import ServerSettings
 
 EMBEDDINGS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Embeddings"].full_name
 CHAT_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Chat"].full_name
@@ -53,10 +54,11 @@ class GrpcServer:
         await self.set_serving(True)
         await self.server.start()
 
-    async def set_serving(self, serving: bool) -> None:
-        """Flip the health status of the server ("") and of each service, e.g. while Triton is not ready."""
+    async def set_serving(self, serving: bool, *, embeddings_only: bool = False) -> None:
+        """Flip the health status of the server ("") and of each service, or of the Embeddings service alone
+        (while Triton is away the rest still serves)."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
-        for service in (health.OVERALL_HEALTH, *self.services):
+        for service in (EMBEDDINGS_SERVICE,) if embeddings_only else (health.OVERALL_HEALTH, *self.services):
             await self.health.set(service, status)
 
     async def stop(self, grace: float | None) -> None:
@@ -78,13 +80,21 @@ def create_grpc_server(
     watchers: InFlightLimit | None = None,
     timeout_seconds: float | None = None,
     max_message_bytes: int | None = None,
+    max_connection_age: tuple[float, float] | None = None,
 ) -> GrpcServer:
     """Call inside the running event loop that will serve it; then `await GrpcServer.start()`.
 
     Chat, Images and Models are served only when their backend is given; health and reflection list what is served.
     `max_message_bytes` (REST's body limit) bounds a request message; gRPC's own default is 4 MiB.
+    `max_connection_age` (seconds, grace seconds) sends clients a GOAWAY after that long, so that they reconnect.
     """
-    options = [("grpc.max_receive_message_length", max_message_bytes)] if max_message_bytes else []
+    options: list[tuple[str, int]] = []
+    if max_message_bytes:
+        options.append(("grpc.max_receive_message_length", max_message_bytes))
+    if max_connection_age:
+        age, grace = max_connection_age
+        options.append(("grpc.max_connection_age_ms", int(age * 1000)))
+        options.append(("grpc.max_connection_age_grace_ms", int(grace * 1000)))
     server = grpc.aio.server(
         interceptors=[GatewayInterceptor(gatekeeper, in_flight, timeout_seconds, watchers)], options=options
     )
@@ -104,6 +114,13 @@ def create_grpc_server(
     reflection.enable_server_reflection((*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     bound = server.add_insecure_port(address(host, port))
     return GrpcServer(server=server, health=health_servicer, port=bound, services=tuple(services))
+
+
+def connection_age(settings: ServerSettings) -> tuple[float, float] | None:
+    """GATEWAY_GRPC_MAX_CONNECTION_AGE_SECONDS and its grace; None when 0 (no limit)."""
+    if settings.grpc_max_connection_age_seconds <= 0:
+        return None
+    return settings.grpc_max_connection_age_seconds, settings.grpc_max_connection_age_grace_seconds
 
 
 def address(host: str, port: int) -> str:

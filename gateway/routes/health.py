@@ -1,4 +1,4 @@
-"""GET /healthz (alive), /readyz (Triton serving the model), /metrics (Prometheus)."""
+"""GET /healthz (alive), /readyz (ready to serve; degraded parts reported), /metrics (Prometheus)."""
 
 from __future__ import annotations
 
@@ -19,18 +19,19 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(request: Request) -> JSONResponse:
-    """Ready when Triton serves the model. A cache or task store that does not answer is reported but
-    does not make the gateway unready: with a shared Redis down, failing readiness would take every
-    replica, and so embeddings and chat, out of service for the sake of one feature."""
+    """Ready once started. A dependency that does not answer is reported but does not make the gateway
+    unready: with Triton or a shared Redis down, failing readiness would take every replica, and so chat,
+    video and cached embeddings, out of service for the sake of one feature. Without Triton, uncached
+    embeddings answer 503 (`triton unavailable`); gRPC health reports the Embeddings service NOT_SERVING."""
     service = embeddings(request)
     triton = await service.ready()
     cache = await service.cache_ready()
-    await request.app.state.grpc.set_serving(triton)  # gRPC health follows the same check
-    checks = {"triton": "ok" if triton else "unavailable"}
+    await request.app.state.grpc.set_serving(triton, embeddings_only=True)
+    checks = {"triton": "ok" if triton else "degraded"}
     if cache is not None:
         checks["cache"] = "ok" if cache else "degraded"
     checks["tasks"] = "ok" if await video(request).ready() else "unavailable"
-    return JSONResponse({"ready": triton, "checks": checks}, status_code=200 if triton else 503)
+    return JSONResponse({"ready": True, "checks": checks})
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

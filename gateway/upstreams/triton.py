@@ -1,12 +1,18 @@
 """Triton's `bge` ensemble over gRPC: one long-lived asyncio channel for the process.
 
 `InferenceServerException` never leaves this module: it becomes one of the
-`Triton*Error` classes below.
+`Triton*Error` classes below. Clients are told `triton unavailable`, never Triton's address: the address
+goes to the log, once when an outage starts (WARNING) and once when it ends (INFO).
+
+`TRITON_URL` may be `dns:///host:port`: with a headless Service the name resolves to every Triton pod and
+the `round_robin` policy spreads calls over them (a plain `host:port` resolves the same way; with a
+ClusterIP there is one address and kube-proxy picks a pod per connection, i.e. once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,13 +28,16 @@ from gateway.errors import InvalidRequestError, UpstreamError, UpstreamTimeoutEr
 from gateway.settings import TritonSettings
 
 tracer = trace.get_tracer(__name__)
+log = logging.getLogger(__name__)
 
-# Reconnect quickly after a Triton restart (gRPC's default back-off grows to minutes),
-# and lift the 4 MB message cap: 64 texts of 100,000 characters exceed it.
+# Reconnect quickly after a Triton restart (gRPC's default back-off grows to minutes: while it lasts, calls
+# fail at once although Triton is back; a refused connect costs nothing), lift the 4 MB message cap (64 texts
+# of 100,000 characters exceed it), and spread calls over every address the name resolves to.
 CHANNEL_ARGS = [
-    ("grpc.initial_reconnect_backoff_ms", 250),
-    ("grpc.min_reconnect_backoff_ms", 250),
-    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 250),
+    ("grpc.lb_policy_name", "round_robin"),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
@@ -40,7 +49,8 @@ class TritonUpstreamError(UpstreamError):
 
 
 class TritonUnavailableError(UpstreamUnavailableError):
-    pass
+    def __init__(self, message: str = "triton unavailable", **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
 
 
 class TritonTimeoutError(UpstreamTimeoutError):
@@ -87,6 +97,8 @@ class TritonClient:
         self._info_stale = False  # Triton was unreachable since it was read: the model may be another revision
         self._info_retry_at = 0.0
         self._info_lock = asyncio.Lock()
+        self._outage = False  # the last call found Triton unreachable or not serving the model
+        metrics.TRITON_UP.set(1)
 
     async def __aenter__(self) -> TritonClient:
         return self
@@ -127,9 +139,14 @@ class TritonClient:
             )
             if ready:
                 await asyncio.wait_for(self.model_info(refresh=True), self._settings.ready_timeout_seconds)
+                self._recovered()
+            else:
+                self._went_away("the model is not ready")
             return bool(ready)
+        except InferenceServerException as exc:
+            self._went_away(str(exc.message() or exc))
+            return False
         except (
-            InferenceServerException,
             TritonUnavailableError,
             TritonTimeoutError,
             TritonUpstreamError,
@@ -175,13 +192,29 @@ class TritonClient:
 
     async def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await method(*args, **kwargs)
+            result = await method(*args, **kwargs)
         except InferenceServerException as exc:
             error = translate(exc, self._settings)
             if isinstance(error, TritonUnavailableError):
                 self._info_stale = True  # the model may come back as another revision
+                self._went_away(str(exc.message() or exc))
             metrics.TRITON_ERRORS.labels(reason=_reason(error)).inc()
             raise error from exc
+        self._recovered()
+        return result
+
+    def _went_away(self, why: str) -> None:
+        """One WARNING per outage, with the address the client is not told."""
+        if not self._outage:
+            self._outage = True
+            metrics.TRITON_UP.set(0)
+            log.warning("triton unavailable at %s (model %s): %s", self._settings.url, self._settings.model, why)
+
+    def _recovered(self) -> None:
+        if self._outage:
+            self._outage = False
+            metrics.TRITON_UP.set(1)
+            log.info("triton available again at %s (model %s)", self._settings.url, self._settings.model)
 
 
 def parse_model_info(response: Any) -> ModelInfo:
@@ -201,9 +234,9 @@ def translate(exc: InferenceServerException, settings: TritonSettings) -> Upstre
     status = str(exc.status() or "")
     message = str(exc.message() or exc)
     if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
-        return TritonTimeoutError(f"Triton did not answer within {settings.timeout_seconds:g} s")
+        return TritonTimeoutError(f"triton did not answer within {settings.timeout_seconds:g} s")
     if "UNAVAILABLE" in status or "unknown model" in message or "not ready" in message:
-        return TritonUnavailableError(f"embedding model unavailable: Triton at {settings.url} is not serving it")
+        return TritonUnavailableError()
     if "INVALID_ARGUMENT" in status:
         return TritonInvalidInputError(message.removeprefix("in ensemble 'bge', "))
     return TritonUpstreamError(f"Triton failed: {message}")

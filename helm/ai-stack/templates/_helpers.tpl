@@ -45,6 +45,30 @@ app.kubernetes.io/part-of: {{ include "ai-stack.name" .ctx }}
 {{- end }}
 {{- end }}
 
+{{/* Pod labels: no chart or app version, so that a chart bump alone restarts no pod (Triton: minutes of
+model load). Call with (dict "ctx" $ "component" "gateway"). */}}
+{{- define "ai-stack.podLabels" -}}
+{{ include "ai-stack.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: {{ include "ai-stack.name" .ctx }}
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "ai-stack.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "ai-stack.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Triton's gRPC address for the gateway: the headless Service's name, resolved to every ready pod. */}}
+{{- define "ai-stack.triton.url" -}}
+{{- printf "dns:///%s-headless.%s.svc:8001" (include "ai-stack.triton.fullname" .) .Release.Namespace }}
+{{- end }}
+
 {{- define "ai-stack.gateway.image" -}}
 {{- printf "%s:%s" .Values.gateway.image.repository (default .Chart.AppVersion .Values.gateway.image.tag) }}
 {{- end }}
@@ -62,9 +86,20 @@ app.kubernetes.io/part-of: {{ include "ai-stack.name" .ctx }}
 {{- default (include "ai-stack.gateway.fullname" .) .Values.gateway.existingSecret }}
 {{- end }}
 
-{{/* Secret and key holding REDIS_URL; empty name: no Redis (in-process caches). */}}
+{{/* Secret and key of the bundled Redis' password. */}}
+{{- define "ai-stack.redis.passwordSecretName" -}}
+{{- default (include "ai-stack.redis.fullname" .) .Values.redis.auth.existingSecret }}
+{{- end }}
+
+{{- define "ai-stack.redis.passwordSecretKey" -}}
+{{- ternary .Values.redis.auth.existingSecretKey "redis-password" (ne .Values.redis.auth.existingSecret "") }}
+{{- end }}
+
+{{/* Secret and key holding REDIS_URL; empty name: no Redis (in-process caches). With the bundled Redis'
+password in an existing Secret there is none: the gateway builds the URL from the password (see the Deployment). */}}
 {{- define "ai-stack.redis.urlSecretName" -}}
-{{- if .Values.redis.enabled }}
+{{- if and .Values.redis.enabled .Values.redis.auth.existingSecret }}
+{{- else if .Values.redis.enabled }}
 {{- include "ai-stack.redis.fullname" . }}
 {{- else if .Values.redis.external.existingSecret }}
 {{- .Values.redis.external.existingSecret }}
@@ -143,9 +178,14 @@ behavior:
 {{- end }}
 {{- end }}
 
+{{/* "true" when the gateway has a Redis (bundled or external). */}}
+{{- define "ai-stack.redis.used" -}}
+{{- if or .Values.redis.enabled (include "ai-stack.redis.urlSecretName" .) }}true{{ end }}
+{{- end }}
+
 {{/* "true" when image tasks live in the SQLite file TASKS_SQLITE_PATH (no Redis), else empty. */}}
 {{- define "ai-stack.gateway.tasksOnDisk" -}}
-{{- if not (include "ai-stack.redis.urlSecretName" .) }}true{{ end }}
+{{- if not (include "ai-stack.redis.used" .) }}true{{ end }}
 {{- end }}
 
 {{/* Folder of TASKS_SQLITE_PATH, where the gateway's task volume is mounted. */}}

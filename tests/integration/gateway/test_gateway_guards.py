@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import SecretStr
 
+from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.settings import AuthSettings, CacheSettings, LimitSettings
 from localtriton.server import TritonProcess
+from tests.helpers.metrics import metric
 from tests.helpers.running_gateway import RunningGateway
 from tests.helpers.sentences import SLOW_BATCH, mixed_texts
 
@@ -109,33 +114,58 @@ def test_request_past_its_deadline_gets_504(
     assert_error(http.post(f"{gateway.base_url}/v1/embeddings", json={"input": SLOW_BATCH}), 504, "longer than 0.2 s")
 
 
-def test_triton_outage_is_503_and_not_ready_then_recovers_without_restart(
+def test_triton_outage_is_503_naming_triton_and_the_gateway_stays_ready_then_recovers(
     minilm_repository: Path,
     triton_factory: Callable[[Path], TritonProcess],
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     triton = triton_factory(minilm_repository)
     gateway = gateway_factory(triton.grpc_url, cache=CacheSettings(embedding_cache_mb=8))
     url = f"{gateway.base_url}/v1/embeddings"
     before = http.post(url, json={"input": "before"})
     assert before.status_code == 200
+    caplog.set_level(logging.INFO, logger="gateway.upstreams.triton")
     triton.stop()
-    assert_error(http.post(url, json={"input": "during"}), 503, "embedding model unavailable")
+    for attempt in range(3):
+        during = http.post(url, json={"input": f"during {attempt}"})
+        assert_error(during, 503, "triton unavailable")
+        assert "127.0.0.1" not in during.text and triton.grpc_url not in during.text, "no address to clients"
     for _ in range(2):  # what the cache holds is still served, the first call after the failure and later
         cached = http.post(url, json={"input": "before"})
         assert cached.status_code == 200 and cached.headers["x-cache"] == "hit"
         assert cached.json()["data"] == before.json()["data"]
         time.sleep(1.1)
     ready = http.get(f"{gateway.base_url}/readyz")
-    assert ready.status_code == 503 and ready.json()["ready"] is False
+    assert ready.status_code == 200, "the gateway stays in the Service: chat, video and cached embeddings serve"
+    assert ready.json()["ready"] is True and ready.json()["checks"]["triton"] == "degraded"
+    assert metric(http, gateway.base_url, "gateway_triton_up") == 0
+    with grpc.insecure_channel(gateway.grpc_target) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            gateway_pb2_grpc.EmbeddingsStub(channel).Embed(gateway_pb2.EmbedRequest(input=["during grpc"]))
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert refused.value.details() == "triton unavailable"
+        # gRPC health follows /readyz's last check: the Embeddings service alone is NOT_SERVING
+        health = health_pb2_grpc.HealthStub(channel)
+        embeddings_health = health.Check(health_pb2.HealthCheckRequest(service="gateway.v1.Embeddings"))
+        assert embeddings_health.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        overall = health.Check(health_pb2.HealthCheckRequest(service=""))
+        assert overall.status == health_pb2.HealthCheckResponse.SERVING, "chat and video still serve"
     triton.start()
     triton.wait_ready()
     deadline = time.monotonic() + 15  # the gateway's channel reconnects on its own
-    while http.get(f"{gateway.base_url}/readyz").status_code != 200:
+    while http.post(url, json={"input": "after"}).status_code != 200:
         assert time.monotonic() < deadline, "gateway did not see Triton come back"
-        time.sleep(0.25)
-    assert http.post(url, json={"input": "after"}).status_code == 200
+        time.sleep(0.05)
+    assert http.get(f"{gateway.base_url}/readyz").json()["checks"]["triton"] == "ok"
+    assert metric(http, gateway.base_url, "gateway_triton_up") == 1
+    records = [r for r in caplog.records if r.name == "gateway.upstreams.triton"]
+    warnings = [r for r in records if r.levelno == logging.WARNING]
+    recoveries = [r for r in records if r.levelno == logging.INFO and "available again" in r.getMessage()]
+    assert len(warnings) == 1, "one WARNING per outage, not one per request"
+    assert triton.grpc_url in warnings[0].getMessage(), "the address goes to the log"
+    assert len(recoveries) == 1 and warnings[0].created < recoveries[0].created
 
 
 def test_metrics_expose_the_autoscaling_gauge_and_request_latency(
