@@ -76,6 +76,11 @@ QUOTA_FALLBACKS = Counter(
     "gateway_quota_fallbacks_total", "Slots granted by this replica alone because Redis failed.", ["limiter"]
 )
 QUOTA_DEGRADED = Gauge("gateway_quota_degraded", "1 while the shared quota falls back to this replica.", ["limiter"])
+REDIS_CIRCUIT_OPEN = Gauge(
+    "gateway_redis_circuit_open",
+    "1 while calls to a Redis client are skipped after a failure (its circuit is open or probing), else 0.",
+    ["client"],
+)
 BREAKER_STATE = Gauge("gateway_llm_breaker_open", "1 while a model's circuit breaker is open.", ["model"])
 
 TASK_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0)

@@ -118,6 +118,13 @@ class RedisSettings(BaseSettings):
         description="Socket timeout of every Redis call; a slow Redis degrades to cache misses and local quotas, "
         "never to slow answers.",
     )
+    backoff_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="After a Redis timeout or connection error, Redis is skipped (caches miss, quotas limit each "
+        "replica alone, video tasks answer 503) for this long, then one call probes it. Shorter: a recovered Redis "
+        "is used sooner; longer: a hung Redis slows fewer requests (one per window, by at most 2 x timeout).",
+    )
 
     def url_value(self) -> str | None:
         return self.url.get_secret_value() if self.url is not None else None

@@ -23,7 +23,8 @@ from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache, embedding_
 from gateway.cache.memory import MemoryStore
 from gateway.cache.redis_store import RedisStore
 from gateway.cache.stores import build_store
-from gateway.settings import CacheSettings, RedisSettings
+from gateway.redis_client import RedisConnection
+from gateway.settings import CacheSettings
 from localtriton.ports import free_port
 from tests.helpers.redis_fixtures import RedisServer
 
@@ -266,13 +267,13 @@ def test_password_never_appears_in_errors_or_logs(caplog: pytest.LogCaptureFixtu
     url = f"redis://user:hunter2-secret@127.0.0.1:{free_port()}/0"  # nothing listens there
 
     async def scenario() -> None:
-        store = RedisStore(url)
+        store = RedisStore(url, backoff_seconds=0.001)
         cache = EmbeddingCache(store, ttl_seconds=60, name=CACHE)
         try:
             with pytest.raises(CacheStoreError) as raised:
                 await store.get_many(["k"])
             assert "hunter2" not in str(raised.value) and "hunter2" not in repr(store)
-            store.backoff_seconds = 0.0
+            await asyncio.sleep(0.01)  # past the back-off: the cache's call probes Redis again
             assert await cache.get_many(MODEL, REVISION, ["k"]) == [None]
         finally:
             await cache.aclose()
@@ -292,9 +293,9 @@ def test_malformed_url_is_not_echoed() -> None:
 # Store selection
 
 
-def test_build_store_uses_redis_when_configured(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    store = build_store(RedisSettings(), memory_mb=CacheSettings().embedding_cache_mb)
+def test_build_store_uses_the_shared_redis_connection(redis_url: str) -> None:
+    redis = RedisConnection(redis_url)
+    store = build_store(redis, memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(store, RedisStore)
 
     async def scenario() -> None:
@@ -303,15 +304,17 @@ def test_build_store_uses_redis_when_configured(redis_url: str, monkeypatch: pyt
             assert await store.get_many(["k"]) == [b"v"]
         finally:
             await store.aclose()
+            assert await redis.call(redis.client.ping)  # the store's close leaves the shared client open
+            await redis.aclose()
 
     asyncio.run(scenario())
 
 
 def test_build_store_falls_back_to_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBEDDING_CACHE_MB", "1.5")
-    store = build_store(RedisSettings(), memory_mb=CacheSettings().embedding_cache_mb)
+    store = build_store(None, memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(store, MemoryStore)
     assert store.max_bytes == 1572864
     monkeypatch.setenv("EMBEDDING_CACHE_MB", "0")
-    disabled = build_store(RedisSettings(), memory_mb=CacheSettings().embedding_cache_mb)
+    disabled = build_store(None, memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(disabled, MemoryStore) and disabled.max_bytes == 0
