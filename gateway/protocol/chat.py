@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import ConfigDict, Field, StrictBool
+
+from gateway.protocol.base import RequestModel
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(RequestModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(RequestModel):
     """Unknown fields (e.g. `reasoning_effort` for hy3-preview) are kept and sent upstream unchanged."""
 
     model_config = ConfigDict(extra="allow")
