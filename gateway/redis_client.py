@@ -7,10 +7,11 @@ retries (exponential back-off, timeouts included) would turn a hung Redis into s
 
 They also share one `RedisCircuit` through one `RedisConnection`: a Redis that does not answer (a timeout, a
 refused or dropped connection) is treated as down by every user at once. For `backoff_seconds` calls are skipped
-without touching the network (`RedisSkippedError`, one of `REDIS_FAILURES`); then one call, the probe, goes
-through while the others are still skipped; it closes the circuit or opens it for another window. So a frozen
-Redis costs one call's deadline to one request per window, not a timeout to every request, and the outage is
-logged once when it starts and once when it ends.
+without touching the network (`RedisSkippedError`, one of `REDIS_FAILURES`); then one PING, the probe, goes in the
+background (when the window ends, whether or not calls come) while calls are still skipped; it closes the circuit
+or opens it for another window. So a frozen Redis
+costs one call's deadline to the requests already waiting on it when it froze, not a timeout to every request
+(and none per window), and the outage is logged once when it starts and once when it ends.
 
 The URL may hold a password: it is never put into messages or logs.
 """
@@ -75,8 +76,9 @@ class CircuitState(str, Enum):
 
 
 class RedisCircuit:
-    """closed --(timeout or connection error)--> open --(`backoff_seconds`, next call)--> probing --(its success)
-    --> closed, or --(its failure)--> open. A probe abandoned without a verdict (cancelled) lets the next call probe.
+    """closed --(timeout or connection error)--> open --(`backoff_seconds`, then `admit_probe`)--> probing --(its
+    success)--> closed, or --(its failure)--> open. Only `admit_probe` calls may probe; `admit` calls are skipped
+    until the circuit is closed. A probe abandoned without a verdict (cancelled) lets the next one probe at once.
 
     Logs one WARNING when it opens and one INFO when it closes again; `gateway_redis_circuit_open{client}` is 1
     while calls are skipped."""
@@ -102,16 +104,23 @@ class RedisCircuit:
     def closed(self) -> bool:
         return self._state is CircuitState.CLOSED
 
+    @property
+    def probe_due(self) -> bool:
+        """Open, and its back-off window is over."""
+        return self._state is CircuitState.OPEN and self._clock() >= self._retry_at
+
     def admit(self) -> None:
-        """Let a call through, making it the probe when the window is over; raise `RedisSkippedError` if not."""
-        if self._state is CircuitState.CLOSED:
-            return
-        wait = self._retry_at - self._clock()
-        if self._state is CircuitState.OPEN and wait <= 0:
+        """Let a call through while closed; raise `RedisSkippedError` if not."""
+        if self._state is not CircuitState.CLOSED:
+            raise self._skipped()
+
+    def admit_probe(self) -> None:
+        """Let a call through while closed, or as the probe once the window is over; raise `RedisSkippedError`
+        if not."""
+        if self.probe_due:
             self._state = CircuitState.PROBING
-            return
-        left = "another call is probing Redis" if self._state is CircuitState.PROBING else f"{wait:.2f} s left"
-        raise RedisSkippedError(f"backing off after a failure, {left}")
+        elif self._state is not CircuitState.CLOSED:
+            raise self._skipped()
 
     def succeeded(self) -> None:
         if self._state is not CircuitState.CLOSED:
@@ -134,10 +143,15 @@ class RedisCircuit:
         self._state = CircuitState.OPEN
 
     def abandoned(self) -> None:
-        """The admitted call ended with no verdict on Redis (cancelled): a probe's turn passes to the next call."""
+        """The admitted call ended with no verdict on Redis (cancelled): a probe's turn passes to the next one."""
         if self._state is CircuitState.PROBING:
             self._state = CircuitState.OPEN
             self._retry_at = self._clock()
+
+    def _skipped(self) -> RedisSkippedError:
+        if self._state is CircuitState.PROBING:
+            return RedisSkippedError("backing off after a failure, Redis is being probed")
+        return RedisSkippedError(f"backing off after a failure, {self._retry_at - self._clock():.2f} s left")
 
 
 class RedisConnection:
@@ -160,6 +174,7 @@ class RedisConnection:
         self.timeout_seconds = timeout_seconds
         self._users = 1
         self._check: asyncio.Task[None] | None = None
+        self._probe_timer: asyncio.TimerHandle | None = None
 
     def __repr__(self) -> str:
         return f"RedisConnection(circuit={self.circuit!r})"  # no URL: it may hold a password
@@ -173,13 +188,25 @@ class RedisConnection:
         return cls(redis, **options)
 
     async def call(self, command: Callable[[], Awaitable[T]]) -> T:
-        """`command()` through the circuit: `RedisSkippedError` while it is open, else the result or its failure."""
-        self.circuit.admit()
+        """`command()` through the circuit: `RedisSkippedError` while it is not closed, else the result or its
+        failure. A caller never probes: a skipped call whose window is over starts the probe in the background
+        (a PING), so no request, nor a quota's queue behind one, waits on a Redis that may still hang."""
+        try:
+            self.circuit.admit()
+        except RedisSkippedError:
+            if self.circuit.probe_due:
+                self._check_in_background()
+            raise
+        return await self._guarded(command)
+
+    async def _guarded(self, command: Callable[[], Awaitable[T]]) -> T:
+        """Run an admitted call within its deadline and give the circuit its verdict."""
         try:
             async with asyncio.timeout(2 * self.timeout_seconds):
                 result = await command()
         except OUTAGES as exc:
             self.circuit.failed(exc)
+            self._probe_after_the_window()
             raise
         except RedisError:
             self.circuit.succeeded()  # Redis answered, with an error of the command's own
@@ -193,18 +220,32 @@ class RedisConnection:
     def known_up(self) -> bool:
         """Whether Redis answered last time, without waiting on it; a PING in the background refreshes that
         (one at a time), so a Redis that froze while nobody called it is found out by the next check."""
-        if self._check is None or self._check.done():
-            self._check = asyncio.ensure_future(self._ping())
+        self._check_in_background()
         return self.circuit.closed
 
     async def aclose(self) -> None:
         self._users -= 1
         if self._users > 0:
             return
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
         if self._check is not None:
             self._check.cancel()
         await self.client.aclose()
 
+    def _probe_after_the_window(self) -> None:
+        """Probe when the window ends even if no call comes, so the circuit closes as soon as Redis is back."""
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
+        loop = asyncio.get_running_loop()
+        # A little after the window: asyncio may run a timer up to its clock's resolution early.
+        self._probe_timer = loop.call_later(self.circuit.backoff_seconds + 0.005, self._check_in_background)
+
+    def _check_in_background(self) -> None:
+        if self._check is None or self._check.done():
+            self._check = asyncio.ensure_future(self._ping())
+
     async def _ping(self) -> None:
         with suppress(*REDIS_FAILURES):  # the circuit has noted it
-            await self.call(self.client.ping)
+            self.circuit.admit_probe()
+            await self._guarded(self.client.ping)

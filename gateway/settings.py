@@ -122,8 +122,8 @@ class RedisSettings(BaseSettings):
         1.0,
         gt=0,
         description="After a Redis timeout or connection error, Redis is skipped (caches miss, quotas limit each "
-        "replica alone, video tasks answer 503) for this long, then one call probes it. Shorter: a recovered Redis "
-        "is used sooner; longer: a hung Redis slows fewer requests (one per window, by at most 2 x timeout).",
+        "replica alone, video tasks answer 503) for this long, then one PING probes it in the background. Shorter: "
+        "a recovered Redis is used sooner; longer: fewer probes to a Redis that is still down.",
     )
 
     def url_value(self) -> str | None:

@@ -218,7 +218,8 @@ def test_redis_outage_degrades_to_misses_and_recovers(redis_server: RedisServer,
 
 
 def test_back_off_touches_no_network(redis_server: RedisServer, redis_url: str) -> None:
-    """During the back-off calls fail even though Redis is back; once it is over they reach Redis again."""
+    """During the back-off calls fail even though Redis is back; once it is over, the call that finds it over is
+    still skipped but starts a probe in the background, and after the probe calls reach Redis again."""
     clock = ManualClock()
 
     async def scenario() -> None:
@@ -232,6 +233,12 @@ def test_back_off_touches_no_network(redis_server: RedisServer, redis_url: str) 
             with pytest.raises(CacheStoreError, match=r"redis set skipped: backing off after a failure, 0.10 s left"):
                 await store.set_many({"k": b"v"})
             clock.now += 0.1
+            with pytest.raises(CacheStoreError, match="redis set skipped"):
+                await store.set_many({"k": b"v"})  # never waits on a Redis that may still hang
+            deadline = time.monotonic() + 5
+            while not await store.ping():  # until the background probe's PING has answered
+                assert time.monotonic() < deadline, "the probe did not close the circuit"
+                await asyncio.sleep(0.01)
             await store.set_many({"k": b"v"})
             assert await store.get_many(["k"]) == [b"v"]
         finally:

@@ -1,6 +1,7 @@
 """A Redis that stops answering (SIGSTOP: a hung node, a partition) behind the real gateway, Triton and the Hunyuan
-simulator: the Redis circuit skips it, so at most one request per back-off window waits out a timeout; readiness
-answers from the last known state; the outage is logged once; everything recovers after SIGCONT.
+simulator: the Redis circuit skips it, so only the request waiting on Redis when it froze waits out a timeout (the
+probe after each back-off window runs in the background); readiness answers from the last known state; the
+outage is logged once; everything recovers after SIGCONT.
 
 Each test freezes a `redis-server` of its own, so other tests' Redis is never stopped."""
 
@@ -86,7 +87,7 @@ def readiness(http: httpx.Client, gateway: RunningGateway) -> tuple[dict[str, ob
     return body, time.monotonic() - started
 
 
-def test_a_frozen_redis_slows_at_most_one_request_per_back_off_window(
+def test_a_frozen_redis_slows_only_the_request_that_found_it_frozen(
     own_redis: RedisServer, gateway: RunningGateway, http: httpx.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     traffic = Traffic(http, gateway, "frozen")
@@ -109,7 +110,7 @@ def test_a_frozen_redis_slows_at_most_one_request_per_back_off_window(
     print(f"readyz while frozen: {ready_seconds * 1000:.1f} ms")
     assert all(status == 200 for status, _ in frozen)
     assert len(frozen) >= 10
-    assert len(slowed) <= FROZEN_SECONDS / BACKOFF + 2  # one per window, and the one that found the freeze
+    assert len(slowed) <= 2  # the one that found the freeze (sequential traffic), none per window
     assert max(seconds for _, seconds in frozen) < 2 * TIMEOUT + 1.0  # the call deadline, with room for a busy host
     assert ready == {
         "ready": True,

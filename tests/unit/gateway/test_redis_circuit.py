@@ -26,7 +26,7 @@ def circuit_open(name: str) -> float:
     return metrics.REDIS_CIRCUIT_OPEN.labels(client=name)._value.get()
 
 
-def test_a_failure_opens_the_circuit_and_calls_are_skipped_until_the_window_ends() -> None:
+def test_a_failure_opens_the_circuit_and_calls_are_skipped_until_it_closes() -> None:
     clock = Clock()
     circuit = RedisCircuit("unit-open", backoff_seconds=2.0, clock=clock)
     circuit.admit()
@@ -34,24 +34,32 @@ def test_a_failure_opens_the_circuit_and_calls_are_skipped_until_the_window_ends
     assert circuit.state is CircuitState.OPEN
     assert circuit_open("unit-open") == 1
     clock.now += 1.5
-    with pytest.raises(RedisSkippedError, match=r"backing off after a failure, 0.50 s left"):
+    with pytest.raises(RedisSkippedError, match=r"backing off after a failure, 0\.50 s left"):
+        circuit.admit()
+    clock.now += 1.0
+    assert circuit.probe_due
+    with pytest.raises(RedisSkippedError):  # callers never probe, even after the window
         circuit.admit()
 
 
-def test_after_the_window_one_call_probes_while_the_others_are_skipped() -> None:
+def test_after_the_window_one_probe_goes_while_calls_are_skipped() -> None:
     clock = Clock()
     circuit = RedisCircuit("unit-probe", backoff_seconds=1.0, clock=clock)
     circuit.failed(ConnectionRefusedError())
+    with pytest.raises(RedisSkippedError, match=r"1\.00 s left"):
+        circuit.admit_probe()  # not yet
     clock.now += 1.0
-    circuit.admit()  # the probe
-    assert circuit.state is CircuitState.PROBING
-    with pytest.raises(RedisSkippedError, match="backing off after a failure, another call is probing Redis"):
+    circuit.admit_probe()
+    assert circuit.state is CircuitState.PROBING and not circuit.probe_due
+    with pytest.raises(RedisSkippedError, match="backing off after a failure, Redis is being probed"):
+        circuit.admit_probe()
+    with pytest.raises(RedisSkippedError, match="Redis is being probed"):
         circuit.admit()
     circuit.succeeded()
     assert circuit.closed
     assert circuit_open("unit-probe") == 0
     circuit.admit()
-    circuit.admit()
+    circuit.admit_probe()  # a check while closed is an ordinary call
 
 
 def test_a_failed_probe_opens_a_new_window() -> None:
@@ -59,24 +67,25 @@ def test_a_failed_probe_opens_a_new_window() -> None:
     circuit = RedisCircuit("unit-reprobe", backoff_seconds=1.0, clock=clock)
     circuit.failed(ConnectionRefusedError())
     clock.now += 1.0
-    circuit.admit()
+    circuit.admit_probe()
     circuit.failed(RedisTimeoutError())
     assert circuit.state is CircuitState.OPEN
     with pytest.raises(RedisSkippedError, match=r"1\.00 s left"):
-        circuit.admit()
+        circuit.admit_probe()
     clock.now += 1.0
-    circuit.admit()
+    circuit.admit_probe()
     assert circuit.state is CircuitState.PROBING
 
 
-def test_an_abandoned_probe_lets_the_next_call_probe() -> None:
+def test_an_abandoned_probe_lets_the_next_probe_go_at_once() -> None:
     clock = Clock()
     circuit = RedisCircuit("unit-abandon", backoff_seconds=1.0, clock=clock)
     circuit.failed(ConnectionRefusedError())
     clock.now += 1.0
-    circuit.admit()
+    circuit.admit_probe()
     circuit.abandoned()
-    circuit.admit()
+    assert circuit.probe_due
+    circuit.admit_probe()
     assert circuit.state is CircuitState.PROBING
 
 
@@ -87,7 +96,7 @@ def test_one_warning_per_outage_and_one_info_at_recovery(caplog: pytest.LogCaptu
         for _ in range(5):  # an outage: the first failure, then failed probes
             circuit.failed(RedisTimeoutError("Timeout reading from socket"))
             clock.now += 1.0
-            circuit.admit()
+            circuit.admit_probe()
         circuit.succeeded()
         circuit.succeeded()
     levels = [(record.levelno, record.getMessage()) for record in caplog.records]
@@ -139,23 +148,35 @@ async def _call_is_bounded_by_twice_the_timeout_and_counts_as_an_outage() -> Non
     await redis.aclose()
 
 
-def test_a_cancelled_probe_passes_its_turn() -> None:
-    asyncio.run(_a_cancelled_probe_passes_its_turn())
+def test_without_calls_the_connection_probes_once_per_window() -> None:
+    asyncio.run(_without_calls_the_connection_probes_once_per_window())
 
 
-async def _a_cancelled_probe_passes_its_turn() -> None:
+async def _without_calls_the_connection_probes_once_per_window() -> None:
+    redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-timer", backoff_seconds=0.05)
+    with pytest.raises(RedisConnectionError):
+        await redis.call(redis.client.ping)
+    failed_at = redis.circuit._retry_at
+    await asyncio.sleep(0.3)  # a few windows, no calls: each one's probe was refused and opened the next
+    assert redis.circuit.state is CircuitState.OPEN and redis.circuit._retry_at > failed_at + 0.1
+    await redis.aclose()
+
+
+def test_a_skipped_call_after_the_window_starts_the_probe_in_the_background() -> None:
+    asyncio.run(_a_skipped_call_after_the_window_starts_the_probe_in_the_background())
+
+
+async def _a_skipped_call_after_the_window_starts_the_probe_in_the_background() -> None:
     clock = Clock()
-    redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-cancel", clock=clock)
+    redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-kick", clock=clock)
     redis.circuit.failed(ConnectionRefusedError())
     clock.now += 5.0
-    probe = asyncio.ensure_future(redis.call(lambda: asyncio.sleep(60)))
+    with pytest.raises(RedisSkippedError):
+        await redis.call(lambda: asyncio.sleep(60))  # skipped at once, never run
     await asyncio.sleep(0)
-    assert redis.circuit.state is CircuitState.PROBING
-    probe.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await probe
-    assert redis.circuit.state is CircuitState.OPEN
-    redis.circuit.admit()  # the next call probes at once
+    assert redis.circuit.state is CircuitState.PROBING  # the background PING
+    await asyncio.sleep(0.1)
+    assert redis.circuit.state is CircuitState.OPEN  # refused: a new window
     await redis.aclose()
 
 
