@@ -33,6 +33,7 @@ from gateway.keys.services import KeyServices
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
+from gateway.redis_client import RedisConnection
 from gateway.routes import admin, callbacks, chat, docs, embeddings, health, models, usage, video
 from gateway.services.chat import ChatService
 from gateway.services.coalescing import CoalescingEmbedder
@@ -54,14 +55,15 @@ log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
-async def chat_service(settings: Settings, embeddings: EmbeddingService) -> AsyncIterator[ChatService]:
+async def chat_service(
+    settings: Settings, embeddings: EmbeddingService, redis: RedisConnection | None
+) -> AsyncIterator[ChatService]:
     """The chat service with its pooled upstream client, answer caches and shared quota."""
-    redis_url = settings.redis.url_value()
     async with AsyncExitStack() as stack:
         llm = await stack.enter_async_context(LLMClient(settings.hunyuan))
         cache = None
-        if redis_url or settings.cache.chat_cache_mb > 0:
-            store = build_store(settings.redis, memory_mb=settings.cache.chat_cache_mb)
+        if redis is not None or settings.cache.chat_cache_mb > 0:
+            store = build_store(redis, memory_mb=settings.cache.chat_cache_mb)
             ttl = TtlPolicy(
                 settings.cache.chat_cache_ttl_base_seconds,
                 settings.cache.chat_cache_ttl_per_char_seconds,
@@ -69,10 +71,10 @@ async def chat_service(settings: Settings, embeddings: EmbeddingService) -> Asyn
             )
             cache = ExactChatCache(store, ttl)
             stack.push_async_callback(cache.aclose)
-        semantic = semantic_index(settings, embeddings, redis_url)
+        semantic = semantic_index(settings, embeddings, redis)
         if semantic is not None:
             stack.push_async_callback(semantic.aclose)
-        limiter = build_limiter(QuotaConfig(**settings.hunyuan.quota.model_dump()), redis_url, name="hunyuan")
+        limiter = build_limiter(QuotaConfig(**settings.hunyuan.quota.model_dump()), redis, name="hunyuan")
         stack.push_async_callback(limiter.aclose)
         yield ChatService(
             llm,
@@ -87,13 +89,12 @@ async def chat_service(settings: Settings, embeddings: EmbeddingService) -> Asyn
 
 
 @asynccontextmanager
-async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
+async def video_service(settings: Settings, redis: RedisConnection | None) -> AsyncIterator[VideoService]:
     """Video tasks: the task store, the fal queue client, the webhook verifier and this replica's runner."""
     config, tasks = settings.video, settings.tasks
-    redis_url = settings.redis.url_value()
     owner = replica_name()
     async with AsyncExitStack() as stack:
-        store = build_task_store(redis_url, tasks.sqlite_path)
+        store = build_task_store(redis, tasks.sqlite_path)
         stack.push_async_callback(store.aclose)
         client = await stack.enter_async_context(
             FalQueueClient(
@@ -119,7 +120,7 @@ async def video_service(settings: Settings) -> AsyncIterator[VideoService]:
                 max_wait_seconds=config.read_timeout_seconds,
                 lease_seconds=tasks.lease_seconds,
             ),
-            redis_url,
+            redis,
             name="pika",
         )
         stack.push_async_callback(quota.aclose)
@@ -159,16 +160,22 @@ def replica_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def semantic_index(settings: Settings, embedder: TextEmbedder, redis_url: str | None) -> SemanticIndex | None:
+def shared_redis(settings: Settings) -> RedisConnection | None:
+    """The one Redis connection (client and circuit) of the caches, quotas and task store, if Redis is set."""
+    url, config = settings.redis.url_value(), settings.redis
+    if url is None:
+        return None
+    return RedisConnection(url, timeout_seconds=config.timeout_seconds, backoff_seconds=config.backoff_seconds)
+
+
+def semantic_index(settings: Settings, embedder: TextEmbedder, redis: RedisConnection | None) -> SemanticIndex | None:
     """The semantic index `settings.semantic` asks for, or None; an embedding matcher gets its vectors from
     `embedder` (the embedding service), so the cache never reaches into the services."""
     config = settings.semantic
     if config.matcher == "off":
         return None
     matcher: Matcher = SimHashMatcher() if config.matcher == "simhash" else EmbeddingMatcher(embedder)
-    store: SemanticStore = (
-        RedisSemanticStore(redis_url, settings.redis.timeout_seconds) if redis_url else MemorySemanticStore()
-    )
+    store: SemanticStore = RedisSemanticStore(redis) if redis is not None else MemorySemanticStore()
     return SemanticIndex(store, matcher, config.threshold, max_entries_per_context=config.max_entries_per_context)
 
 
@@ -190,17 +197,20 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 client = TritonClient(settings.triton)
                 stack.push_async_callback(client.aclose)
                 triton = CoalescingEmbedder(client, max_in_flight=settings.triton.max_in_flight_calls)
+            redis = app.state.redis = shared_redis(settings)
+            if redis is not None:
+                stack.push_async_callback(redis.aclose)  # after every user of it has closed
             cache = None
-            if settings.redis.url is not None or settings.cache.embedding_cache_mb > 0:
+            if redis is not None or settings.cache.embedding_cache_mb > 0:
                 cache = EmbeddingCache(
-                    build_store(settings.redis, memory_mb=settings.cache.embedding_cache_mb),
+                    build_store(redis, memory_mb=settings.cache.embedding_cache_mb),
                     ttl_seconds=settings.cache.embedding_cache_ttl_seconds,
                 )
                 stack.push_async_callback(cache.aclose)
             service = EmbeddingService(triton, cache, settings.limits)
             app.state.embeddings = service
-            app.state.chat = await stack.enter_async_context(chat_service(settings, service))
-            app.state.video = await stack.enter_async_context(video_service(settings))
+            app.state.chat = await stack.enter_async_context(chat_service(settings, service, redis))
+            app.state.video = await stack.enter_async_context(video_service(settings, redis))
             app.state.models = ModelsService(
                 triton,
                 app.state.chat,

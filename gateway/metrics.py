@@ -84,6 +84,11 @@ QUOTA_FALLBACKS = Counter(
     "gateway_quota_fallbacks_total", "Slots granted by this replica alone because Redis failed.", ["limiter"]
 )
 QUOTA_DEGRADED = Gauge("gateway_quota_degraded", "1 while the shared quota falls back to this replica.", ["limiter"])
+REDIS_CIRCUIT_OPEN = Gauge(
+    "gateway_redis_circuit_open",
+    "1 while calls to a Redis client are skipped after a failure (its circuit is open or probing), else 0.",
+    ["client"],
+)
 BREAKER_STATE = Gauge("gateway_llm_breaker_open", "1 while a model's circuit breaker is open.", ["model"])
 HOST_BREAKER_STATE = Gauge(
     "gateway_llm_host_breaker_open", "1 while a chat upstream host's circuit breaker is open.", ["host"]

@@ -1,9 +1,17 @@
-"""The one Redis client factory and the failures a Redis call can raise, for the caches, quotas and task store.
+"""The one Redis client factory, the failures a Redis call can raise, and the circuit every Redis user shares.
 
 Each user keeps its own policy for a failure (a cache misses, a quota falls back to per-replica limits, a task
 store answers 503); what they share is how the client is built: a bounded pool, the caller's timeout on every
-socket operation, and at most one immediate reconnect. redis-py's default retries (exponential back-off,
-timeouts included) would turn a hung Redis into seconds of latency per call.
+socket operation (connect and pool wait included), and at most one immediate reconnect. redis-py's default
+retries (exponential back-off, timeouts included) would turn a hung Redis into seconds of latency per call.
+
+They also share one `RedisCircuit` through one `RedisConnection`: a Redis that does not answer (a timeout, a
+refused or dropped connection) is treated as down by every user at once. For `backoff_seconds` calls are skipped
+without touching the network (`RedisSkippedError`, one of `REDIS_FAILURES`); then one PING, the probe, goes in the
+background (when the window ends, whether or not calls come) while calls are still skipped; it closes the circuit
+or opens it for another window. So a frozen Redis
+costs one call's deadline to the requests already waiting on it when it froze, not a timeout to every request
+(and none per window), and the outage is logged once when it starts and once when it ends.
 
 The URL may hold a password: it is never put into messages or logs.
 """
@@ -11,18 +19,37 @@ The URL may hold a password: it is never put into messages or logs.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from enum import Enum
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway import metrics
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 REDIS_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
+# Failures that say Redis does not answer (as opposed to answering with an error, e.g. a script's): they open
+# the circuit. A pool with no free connection within the timeout counts: with a hung Redis that is the symptom.
+OUTAGES = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
 
-# Connections per client. Requests queue for one of these instead of opening a socket each: a burst
-# of hundreds of concurrent connects would itself time out on a busy host.
-MAX_CONNECTIONS = 16
+# Connections per client, shared by every Redis user of the process. Requests queue for one of these instead
+# of opening a socket each: a burst of hundreds of concurrent connects would itself time out on a busy host.
+MAX_CONNECTIONS = 64
+
+
+class RedisSkippedError(RedisConnectionError):
+    """A call not made: the circuit is open (Redis failed recently), or another call is probing it."""
 
 
 def redis_client(url: str, timeout_seconds: float, health_check_interval: int = 30) -> aioredis.Redis:
@@ -40,3 +67,185 @@ def redis_client(url: str, timeout_seconds: float, health_check_interval: int = 
     except ValueError:
         raise ValueError("REDIS_URL is malformed (expected redis://, rediss:// or unix://)") from None
     return aioredis.Redis.from_pool(pool)  # the client owns the pool and closes it
+
+
+class CircuitState(str, Enum):
+    CLOSED = "closed"  # calls go through
+    OPEN = "open"  # calls are skipped until the back-off window ends
+    PROBING = "probing"  # one call is trying Redis; the others are skipped
+
+
+class RedisCircuit:
+    """closed --(timeout or connection error)--> open --(`backoff_seconds`, then `admit_probe`)--> probing --(its
+    success)--> closed, or --(its failure)--> open. Only `admit_probe` calls may probe; `admit` calls are skipped
+    until the circuit is closed. A probe abandoned without a verdict (cancelled) lets the next one probe at once.
+
+    Logs one WARNING when it opens and one INFO when it closes again; `gateway_redis_circuit_open{client}` is 1
+    while calls are skipped."""
+
+    def __init__(self, name: str, backoff_seconds: float = 1.0, *, clock: Callable[[], float] = time.monotonic):
+        if backoff_seconds <= 0:
+            raise ValueError(f"backoff_seconds must be > 0, got {backoff_seconds}")
+        self.name = name
+        self.backoff_seconds = backoff_seconds
+        self._clock = clock
+        self._state = CircuitState.CLOSED
+        self._retry_at = float("-inf")  # on `clock`: when an open circuit lets the next call probe
+        metrics.REDIS_CIRCUIT_OPEN.labels(client=name).set(0)
+
+    def __repr__(self) -> str:
+        return f"RedisCircuit(name={self.name!r}, state={self._state.value!r})"
+
+    @property
+    def state(self) -> CircuitState:
+        return self._state
+
+    @property
+    def closed(self) -> bool:
+        return self._state is CircuitState.CLOSED
+
+    @property
+    def probe_due(self) -> bool:
+        """Open, and its back-off window is over."""
+        return self._state is CircuitState.OPEN and self._clock() >= self._retry_at
+
+    def admit(self) -> None:
+        """Let a call through while closed; raise `RedisSkippedError` if not."""
+        if self._state is not CircuitState.CLOSED:
+            raise self._skipped()
+
+    def admit_probe(self) -> None:
+        """Let a call through while closed, or as the probe once the window is over; raise `RedisSkippedError`
+        if not."""
+        if self.probe_due:
+            self._state = CircuitState.PROBING
+        elif self._state is not CircuitState.CLOSED:
+            raise self._skipped()
+
+    def succeeded(self) -> None:
+        if self._state is not CircuitState.CLOSED:
+            self._state = CircuitState.CLOSED
+            metrics.REDIS_CIRCUIT_OPEN.labels(client=self.name).set(0)
+            log.info("Redis (client %s) answers again; its users are back on it", self.name)
+
+    def failed(self, exc: BaseException) -> None:
+        self._retry_at = self._clock() + self.backoff_seconds
+        if self._state is CircuitState.CLOSED:
+            metrics.REDIS_CIRCUIT_OPEN.labels(client=self.name).set(1)
+            log.warning(
+                "Redis (client %s) does not answer (%s: %s); skipping it for %g s windows (caches miss, quotas "
+                "limit this replica alone, tasks answer 503) until a probe succeeds",
+                self.name,
+                type(exc).__name__,
+                exc,
+                self.backoff_seconds,
+            )
+        self._state = CircuitState.OPEN
+
+    def abandoned(self) -> None:
+        """The admitted call ended with no verdict on Redis (cancelled): a probe's turn passes to the next one."""
+        if self._state is CircuitState.PROBING:
+            self._state = CircuitState.OPEN
+            self._retry_at = self._clock()
+
+    def _skipped(self) -> RedisSkippedError:
+        if self._state is CircuitState.PROBING:
+            return RedisSkippedError("backing off after a failure, Redis is being probed")
+        return RedisSkippedError(f"backing off after a failure, {self._retry_at - self._clock():.2f} s left")
+
+
+class RedisConnection:
+    """A Redis client and its circuit, shared by every Redis user of the process (`shared()`); the client is
+    closed when the last user closes it. Each call is bounded by `2 * timeout_seconds` (a connect and a command)
+    whatever redis-py does inside: pool wait, reconnect and health check included."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str = "redis",
+        timeout_seconds: float = 0.25,
+        backoff_seconds: float = 1.0,
+        health_check_interval: int = 30,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = redis_client(url, timeout_seconds, health_check_interval)
+        self.circuit = RedisCircuit(name, backoff_seconds, clock=clock)
+        self.timeout_seconds = timeout_seconds
+        self._users = 1
+        self._check: asyncio.Task[None] | None = None
+        self._probe_timer: asyncio.TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return f"RedisConnection(circuit={self.circuit!r})"  # no URL: it may hold a password
+
+    @classmethod
+    def shared(cls, redis: str | RedisConnection, **options: Any) -> RedisConnection:
+        """`redis` itself, one user more, when it is a connection; else a connection of its own to the URL."""
+        if isinstance(redis, RedisConnection):
+            redis._users += 1
+            return redis
+        return cls(redis, **options)
+
+    async def call(self, command: Callable[[], Awaitable[T]]) -> T:
+        """`command()` through the circuit: `RedisSkippedError` while it is not closed, else the result or its
+        failure. A caller never probes: a skipped call whose window is over starts the probe in the background
+        (a PING), so no request, nor a quota's queue behind one, waits on a Redis that may still hang."""
+        try:
+            self.circuit.admit()
+        except RedisSkippedError:
+            if self.circuit.probe_due:
+                self._check_in_background()
+            raise
+        return await self._guarded(command)
+
+    async def _guarded(self, command: Callable[[], Awaitable[T]]) -> T:
+        """Run an admitted call within its deadline and give the circuit its verdict."""
+        try:
+            async with asyncio.timeout(2 * self.timeout_seconds):
+                result = await command()
+        except OUTAGES as exc:
+            self.circuit.failed(exc)
+            self._probe_after_the_window()
+            raise
+        except RedisError:
+            self.circuit.succeeded()  # Redis answered, with an error of the command's own
+            raise
+        except BaseException:
+            self.circuit.abandoned()
+            raise
+        self.circuit.succeeded()
+        return result
+
+    def known_up(self) -> bool:
+        """Whether Redis answered last time, without waiting on it; a PING in the background refreshes that
+        (one at a time), so a Redis that froze while nobody called it is found out by the next check."""
+        self._check_in_background()
+        return self.circuit.closed
+
+    async def aclose(self) -> None:
+        self._users -= 1
+        if self._users > 0:
+            return
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
+        if self._check is not None:
+            self._check.cancel()
+        await self.client.aclose()
+
+    def _probe_after_the_window(self) -> None:
+        """Probe when the window ends even if no call comes, so the circuit closes as soon as Redis is back."""
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
+        loop = asyncio.get_running_loop()
+        # A little after the window: asyncio may run a timer up to its clock's resolution early.
+        self._probe_timer = loop.call_later(self.circuit.backoff_seconds + 0.005, self._check_in_background)
+
+    def _check_in_background(self) -> None:
+        if self._check is None or self._check.done():
+            self._check = asyncio.ensure_future(self._ping())
+
+    async def _ping(self) -> None:
+        with suppress(*REDIS_FAILURES):  # the circuit has noted it
+            self.circuit.admit_probe()
+            await self._guarded(self.client.ping)

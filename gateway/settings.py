@@ -179,6 +179,13 @@ class RedisSettings(BaseSettings):
         description="Socket timeout of every Redis call; a slow Redis degrades to cache misses and local quotas, "
         "never to slow answers.",
     )
+    backoff_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="After a Redis timeout or connection error, Redis is skipped (caches miss, quotas limit each "
+        "replica alone, video tasks answer 503) for this long, then one PING probes it in the background. Shorter: "
+        "a recovered Redis is used sooner; longer: fewer probes to a Redis that is still down.",
+    )
 
     def url_value(self) -> str | None:
         return self.url.get_secret_value() if self.url is not None else None

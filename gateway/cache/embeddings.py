@@ -140,11 +140,11 @@ class EmbeddingCache:
 
     def _store_failed(self, operation: str, exc: CacheStoreError) -> None:
         metrics.CACHE_ERRORS.labels(cache=self._name, operation=operation).inc()
-        if not self._failing:
-            logger.warning("%s cache: store %s failed, serving without the cache: %s", self._name, operation, exc)
+        if not self._failing:  # DEBUG: the store's Redis circuit logs the outage, once for every user
+            logger.debug("%s cache: store %s failed, serving without the cache: %s", self._name, operation, exc)
         self._failing = True
 
     def _store_answered(self) -> None:
         if self._failing:
-            logger.info("%s cache: store answers again", self._name)
+            logger.debug("%s cache: store answers again", self._name)
         self._failing = False

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import ConfigDict, Field, StrictBool
+
+from gateway.protocol.base import RequestModel
 
 # OpenAI's reasoning efforts; TokenHub documents high and low for hy3-preview, other models take others.
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(RequestModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[dict[str, Any]] | None = None
 
 
-class ThinkingSwitch(BaseModel):
+class ThinkingSwitch(RequestModel):
     """TokenHub's thinking switch; other fields (e.g. a vendor's budget) pass through."""
 
     model_config = ConfigDict(extra="allow")
@@ -25,7 +27,7 @@ class ThinkingSwitch(BaseModel):
     type: Literal["enabled", "disabled"] = Field(description="'enabled': the model reasons before it answers.")
 
 
-class ChatCompletionRequest(BaseModel):
+class ChatCompletionRequest(RequestModel):
     """Unknown fields are kept and sent upstream unchanged."""
 
     model_config = ConfigDict(extra="allow")

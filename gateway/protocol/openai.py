@@ -6,8 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from gateway.protocol.base import RequestModel
 
-class EmbeddingRequest(BaseModel):
+
+class EmbeddingRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     input: str | list[str] = Field(description="A text or a list of texts to embed.")

@@ -7,12 +7,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.protocol.base import RequestModel
+
 MIN_SIDE = 256
 MAX_SIDE = 2048
 MAX_IDEMPOTENCY_KEY_CHARS = 255
 
 
-class ImageGenerationRequest(BaseModel):
+class ImageGenerationRequest(RequestModel):
     """`prompt` is required; the size is `width` + `height` or `size` ("1280x720"). Other fields
     (e.g. `seed`, `duration`, `aspect_ratio`, `resolution`) pass through to the upstream model."""
 

@@ -35,12 +35,13 @@ from __future__ import annotations
 from gateway.quota.base import QuotaConfig, QuotaLimiter, Slot
 from gateway.quota.local import LocalQuotaLimiter
 from gateway.quota.redis import RedisQuotaLimiter
+from gateway.redis_client import RedisConnection
 
 __all__ = ["LocalQuotaLimiter", "QuotaConfig", "QuotaLimiter", "RedisQuotaLimiter", "Slot", "build_limiter"]
 
 
-def build_limiter(config: QuotaConfig, redis_url: str | None, *, name: str) -> QuotaLimiter:
+def build_limiter(config: QuotaConfig, redis: str | RedisConnection | None, *, name: str) -> QuotaLimiter:
     """The shared limiter when Redis is configured (the quota is the account's), else the in-process one."""
-    if redis_url is None:
+    if redis is None:
         return LocalQuotaLimiter(config, name=name)
-    return RedisQuotaLimiter(redis_url, config, name=name)
+    return RedisQuotaLimiter(redis, config, name=name)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 import uuid
 from collections.abc import Coroutine
@@ -17,7 +16,7 @@ from gateway import metrics
 from gateway.quota.base import Denial, Grant, QuotaConfig, Reason
 from gateway.quota.in_process import InProcessQuota
 from gateway.quota.waiting import WaitingLimiter
-from gateway.redis_client import REDIS_FAILURES, redis_client
+from gateway.redis_client import REDIS_FAILURES, RedisConnection, RedisSkippedError
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +34,14 @@ class RedisQuotaLimiter(WaitingLimiter):
     """The quota shared by every replica through Redis, on Redis' clock; the local one while Redis is down.
 
     Keys share the hash tag `{name}` by default so the scripts also run on a Redis Cluster. Redis failures
-    never fail a request: the call is limited in process instead, logged once per outage, and Redis is
-    asked again after `backoff_seconds`. The URL may hold a password: it is never logged.
+    never fail a request: the call is limited in process instead. Calls go through the circuit of `redis` (the
+    process's shared `RedisConnection`, or a URL for one of its own), which skips Redis for a back-off window
+    after a timeout and logs the outage once. The URL may hold a password: it is never logged.
     """
 
     def __init__(
         self,
-        url: str,
+        redis: str | RedisConnection,
         config: QuotaConfig | None = None,
         *,
         name: str = "upstream",
@@ -53,14 +53,13 @@ class RedisQuotaLimiter(WaitingLimiter):
         super().__init__(config or QuotaConfig(), name, poll_seconds)
         prefix = key_prefix if key_prefix is not None else f"quota:{{{name}}}:"
         self._rate_key, self._slots_key, self._tokens_key = (prefix + "rate", prefix + "slots", prefix + "tokens")
-        self._client = redis_client(url, timeout_seconds)
+        self._redis = RedisConnection.shared(redis, timeout_seconds=timeout_seconds, backoff_seconds=backoff_seconds)
+        self._client = self._redis.client
         self._acquire = self._client.register_script(_lua_script("acquire"))
         self._release_script = self._client.register_script(_lua_script("release"))
         self._pace_script = self._client.register_script(_lua_script("pace"))
         self._renew = self._client.register_script(_lua_script("renew"))
         self._fallback = InProcessQuota(self.config)
-        self._backoff_seconds = backoff_seconds
-        self._retry_at = -math.inf  # monotonic; before it Redis is not asked
         self._degraded = False
         self._renewals: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -78,14 +77,17 @@ class RedisQuotaLimiter(WaitingLimiter):
         for task in (*self._renewals.values(), *self._retries):
             task.cancel()
         await asyncio.gather(*self._renewals.values(), *self._retries, *self._tasks, return_exceptions=True)
-        await self._client.aclose()
+        await self._redis.aclose()
 
     async def _attempt(self, reserved: int) -> Grant | Denial:
-        if time.monotonic() < self._retry_at:
-            return self._granted_alone(reserved)
         lease = uuid.uuid4().hex
         try:
-            reply = await self._acquire(keys=self._keys(), args=self._acquire_args(lease, reserved))
+            reply = await self._redis.call(
+                lambda: self._acquire(keys=self._keys(), args=self._acquire_args(lease, reserved))
+            )
+        except RedisSkippedError as exc:
+            self._fall_back(exc)
+            return self._granted_alone(reserved)  # the script did not run: nothing to give back
         except asyncio.CancelledError:
             self._forget(lease, reserved)  # the script may have run: free what it took
             raise
@@ -97,10 +99,10 @@ class RedisQuotaLimiter(WaitingLimiter):
         return self._verdict(reply, lease, reserved)
 
     async def _attempt_pace(self) -> Grant | Denial:
-        if time.monotonic() < self._retry_at:
-            return self._fallback.try_pace()
         try:
-            reply = await self._pace_script(keys=[self._rate_key], args=[self.config.interval_us])
+            reply = await self._redis.call(
+                lambda: self._pace_script(keys=[self._rate_key], args=[self.config.interval_us])
+            )
         except REDIS_FAILURES as exc:
             self._fall_back(exc)
             return self._fallback.try_pace()
@@ -149,8 +151,9 @@ class RedisQuotaLimiter(WaitingLimiter):
 
     async def _give_back_later(self, lease: str, token_correction: int, only_if_held: bool) -> None:
         give_up_at = time.monotonic() + self.config.lease_seconds  # by then the lease has freed the slot
-        while time.monotonic() + self._backoff_seconds < give_up_at:
-            await asyncio.sleep(self._backoff_seconds)
+        backoff_seconds = self._redis.circuit.backoff_seconds
+        while time.monotonic() + backoff_seconds < give_up_at:
+            await asyncio.sleep(backoff_seconds)
             if await self._give_back_once(lease, token_correction, only_if_held):
                 return
 
@@ -158,7 +161,7 @@ class RedisQuotaLimiter(WaitingLimiter):
         args: list[str | int] = [lease, self.config.tokens_per_minute or 0, token_correction, int(only_if_held)]
         try:
             keys = [self._slots_key, self._tokens_key, f"{self._tokens_key}:settled:{lease}"]
-            await self._release_script(keys=keys, args=args)
+            await self._redis.call(lambda: self._release_script(keys=keys, args=args))
             return True
         except REDIS_FAILURES as exc:
             self._fall_back(exc)
@@ -172,7 +175,7 @@ class RedisQuotaLimiter(WaitingLimiter):
         while True:
             await asyncio.sleep(self.config.lease_seconds / 3)
             try:
-                if not await self._renew(keys=[self._slots_key], args=args):
+                if not await self._redis.call(lambda: self._renew(keys=[self._slots_key], args=args)):
                     log.warning("%s quota: lease %s expired while held (Redis restarted?)", self.name, lease)
                     return
             except REDIS_FAILURES:
@@ -191,20 +194,15 @@ class RedisQuotaLimiter(WaitingLimiter):
         return verdict
 
     def _fall_back(self, exc: BaseException) -> None:
-        self._retry_at = time.monotonic() + self._backoff_seconds
+        """Limit this replica alone; its Redis slots free themselves after `lease_seconds`. Logged at DEBUG:
+        the Redis circuit logs the outage once for every user."""
         if not self._degraded:
             self._degraded = True
             metrics.QUOTA_DEGRADED.labels(limiter=self.name).set(1)
-            log.warning(
-                "%s quota: Redis unreachable (%s); limiting this replica alone, its Redis slots free themselves "
-                "after %g s",
-                self.name,
-                exc,
-                self.config.lease_seconds,
-            )
+            log.debug("%s quota: Redis unreachable (%s); limiting this replica alone", self.name, exc)
 
     def _recovered(self) -> None:
         if self._degraded:
             self._degraded = False
             metrics.QUOTA_DEGRADED.labels(limiter=self.name).set(0)
-            log.warning("%s quota: Redis answers again; the quota is shared across replicas", self.name)
+            log.debug("%s quota: Redis answers again; the quota is shared across replicas", self.name)

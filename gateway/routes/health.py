@@ -31,6 +31,9 @@ async def readyz(request: Request) -> JSONResponse:
     if cache is not None:
         checks["cache"] = "ok" if cache else "degraded"
     checks["tasks"] = "ok" if await video(request).ready() else "unavailable"
+    redis = request.app.state.redis  # its last known state: readiness never waits on Redis
+    if redis is not None:
+        checks["redis"] = "ok" if redis.known_up() else "degraded"
     return JSONResponse({"ready": True, "checks": checks})
 
 

@@ -98,11 +98,14 @@ class VideoTaskRunner:
         await self.reaper.purge_if_due(now)
 
     async def _scan_forever(self) -> None:
+        failing = False  # an unreachable store is logged when scans start failing, not at every scan
         while True:
             try:
                 await self.scan_once()
+                failing = False
             except TaskStoreError as exc:
-                log.warning("image task scan failed: %s", exc.message)
+                log.log(logging.DEBUG if failing else logging.WARNING, "image task scan failed: %s", exc.message)
+                failing = True
             except Exception:
                 log.exception("image task scan failed")
             # Jittered: replicas with equal intervals lock into one phase, and the one whose scan comes first

@@ -21,8 +21,10 @@ Watchers: one pub/sub connection per store (taken from the client's pool for goo
 watcher, feeds the in-process notifier; it reconnects with back-off when Redis drops it and then wakes every
 watcher, since changes may have been missed meanwhile.
 
-Tasks are durable data: there is no fail-fast back-off as for the cache; every Redis failure raises
-`TaskStoreError` at once. The URL may hold a password: it is never put into messages or logs.
+Tasks are durable data: every Redis failure raises `TaskStoreError` (503) at once and nothing is written, so a
+task is never lost, only unavailable. Calls go through the circuit of the store's `RedisConnection` (the
+process's shared one, or one of its own for a URL): while it is open after a timeout, calls fail at once
+instead of each waiting out the timeout. The URL may hold a password: it is never put into messages or logs.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
-from gateway.redis_client import REDIS_FAILURES, redis_client
+from gateway.redis_client import REDIS_FAILURES, RedisConnection
 from gateway.tasks.base import ChangeNotifier, Lease, TaskChanges, TaskStoreError
 from gateway.tasks.model import OPEN_STATES, TERMINAL_STATES, Task, TaskState
 
@@ -53,15 +55,16 @@ class RedisTaskStore:
 
     def __init__(
         self,
-        url: str,
+        redis: str | RedisConnection,
         *,
         timeout_seconds: float = 1.0,
         key_prefix: str = "gateway:tasks:",
         unfinished_ttl_seconds: float = 7 * 24 * 3600.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._client = redis_client(url, timeout_seconds)
-        self._timeout_seconds = timeout_seconds
+        self._redis = RedisConnection.shared(redis, timeout_seconds=timeout_seconds)
+        self._client = self._redis.client
+        self._timeout_seconds = self._redis.timeout_seconds
         self._prefix = key_prefix
         self._due = [key_prefix + "due:" + state.value for state in OPEN_STATES]
         self._channel = key_prefix + "changed"
@@ -86,7 +89,7 @@ class RedisTaskStore:
             listener.cancel()
             with suppress(asyncio.CancelledError):
                 await listener
-        await self._client.aclose()
+        await self._redis.aclose()
 
     async def create(self, task: Task, lease: Lease | None = None) -> tuple[Task, bool]:
         keys = self._keys(task)
@@ -174,10 +177,8 @@ class RedisTaskStore:
         return 0
 
     async def ping(self) -> bool:
-        try:
-            return bool(await self._call("ping", self._client.ping))
-        except TaskStoreError:
-            return False
+        """Whether Redis answered last time; never waits on it (readiness reads this)."""
+        return self._redis.known_up()
 
     async def _records(self, ids: list[str]) -> list[bytes | None]:
         async with self._client.pipeline(transaction=False) as pipe:
@@ -223,7 +224,7 @@ class RedisTaskStore:
 
     async def _call(self, operation: str, command: Callable[[], Awaitable[T]]) -> T:
         try:
-            return await command()
+            return await self._redis.call(command)
         except REDIS_FAILURES as exc:
             raise TaskStoreError(f"redis {operation} failed", detail=f"{type(exc).__name__}: {exc}") from exc
 

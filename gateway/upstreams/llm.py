@@ -37,6 +37,7 @@ from gateway.errors import (
 from gateway.settings import HunyuanSettings
 from gateway.upstreams.http_errors import UpstreamErrors, retry_after_seconds
 from gateway.upstreams.llm_hosts import LLMHost, LLMHosts
+from gateway.upstreams.pool import strict_json
 
 tracer = trace.get_tracer(__name__)
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -171,7 +172,7 @@ class LLMClient:
             "Authorization": f"Bearer {self._settings.api_key.get_secret_value()}",
             "Content-Type": "application/json",
         }
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        data = strict_json(body).encode()
         attempts = self._settings.max_retries + 1
         # A span that is not made "current": a stream is opened in one task and closed in another,
         # where a context token could not be reset. Its context still travels in the headers.

@@ -1,7 +1,8 @@
-"""One pooled `aiohttp.ClientSession` per upstream client, for the process lifetime."""
+"""One pooled `aiohttp.ClientSession` per upstream client, for the process lifetime, writing strict JSON."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aiohttp
@@ -30,7 +31,7 @@ class PooledSession:
         timeout = aiohttp.ClientTimeout(
             total=None, connect=read_seconds, sock_connect=connect_seconds, sock_read=read_seconds
         )
-        self._options = {"timeout": timeout, **session_options}
+        self._options = {"timeout": timeout, "json_serialize": strict_json, **session_options}
         self._session: aiohttp.ClientSession | None = None
 
     def get(self) -> aiohttp.ClientSession:
@@ -42,3 +43,9 @@ class PooledSession:
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def strict_json(value: Any) -> str:
+    """The JSON every upstream body is written as: compact, non-ASCII kept, and a non-finite float raises
+    ValueError instead of becoming `NaN` or `Infinity`, which are not JSON and which strict upstreams refuse."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)

@@ -8,6 +8,7 @@ so every test starts from a running, empty Redis.
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -57,6 +58,16 @@ class RedisServer:
         """Stop the server; clients see refused connections until `start()`."""
         self._stop_process()
 
+    def freeze(self) -> None:
+        """SIGSTOP: the server keeps its port and accepts connections but answers nothing (a hung node)."""
+        assert self._process is not None, "redis-server is not running"
+        self._process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after `freeze()`: the server answers again, queued commands first."""
+        assert self._process is not None, "redis-server is not running"
+        self._process.send_signal(signal.SIGCONT)
+
     def command(self, *args: str) -> bytes:
         """Send one inline command (e.g. "FLUSHALL") and return the raw reply line."""
         with socket.create_connection(("127.0.0.1", self.port), timeout=2.0) as sock:
@@ -84,6 +95,7 @@ class RedisServer:
         process, self._process = self._process, None
         if process is None:
             return
+        process.send_signal(signal.SIGCONT)  # a frozen server could not act on SIGTERM
         process.terminate()
         try:
             process.wait(timeout=10)

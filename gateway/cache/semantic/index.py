@@ -84,7 +84,7 @@ class SemanticIndex:
         try:
             await self.store.add(context, entry, max_entries=self.max_entries_per_context, ttl_seconds=self.ttl_seconds)
         except CacheStoreError as exc:
-            self._failed("set", exc)
+            self._failed("set", exc, logging.DEBUG)
 
     async def aclose(self) -> None:
         await self.store.aclose()
@@ -97,7 +97,7 @@ class SemanticIndex:
         try:
             return await self.store.entries(context)
         except CacheStoreError as exc:
-            self._failed(operation, exc)
+            self._failed(operation, exc, logging.DEBUG)
             return None
 
     async def _best(self, query: str, entries: list[SemanticEntry]) -> SemanticHit | None:
@@ -127,6 +127,7 @@ class SemanticIndex:
         return fingerprint
 
     @staticmethod
-    def _failed(operation: str, exc: Exception) -> None:
+    def _failed(operation: str, exc: Exception, level: int = logging.WARNING) -> None:
+        """Counted always; a store failure is logged at DEBUG (its Redis circuit logs the outage once)."""
         metrics.CACHE_ERRORS.labels(cache=CACHE_NAME, operation=operation).inc()
-        log.warning("semantic cache %s failed: %s", operation, exc)
+        log.log(level, "semantic cache %s failed: %s", operation, exc)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from gateway.cache.redis_store import RedisBackedStore
+from gateway.redis_client import RedisConnection
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +98,11 @@ class RedisSemanticStore(RedisBackedStore):
 
     A write is one pipeline (LPUSH, LTRIM, EXPIRE), a read one LRANGE, so an entry
     written by one replica is visible to the next read anywhere. Failures become
-    `CacheStoreError` and, like `RedisStore`, make calls fail fast for `backoff_seconds`.
+    `CacheStoreError`; like `RedisStore`, calls go through the circuit of its `RedisConnection`.
     """
 
-    def __init__(self, url: str, timeout_seconds: float = 0.25, **options: Any) -> None:
-        super().__init__(url, timeout_seconds=timeout_seconds, **options)
+    def __init__(self, redis: str | RedisConnection, timeout_seconds: float = 0.25, **options: Any) -> None:
+        super().__init__(redis, timeout_seconds=timeout_seconds, **options)
 
     async def entries(self, context: str) -> list[SemanticEntry]:
         raw = await self._call("lrange", lambda: self._client.lrange(REDIS_PREFIX + context, 0, -1))

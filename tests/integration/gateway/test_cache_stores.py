@@ -23,7 +23,8 @@ from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache, embedding_
 from gateway.cache.memory import MemoryStore
 from gateway.cache.redis_store import RedisStore
 from gateway.cache.stores import build_store
-from gateway.settings import CacheSettings, RedisSettings
+from gateway.redis_client import RedisConnection
+from gateway.settings import CacheSettings
 from localtriton.ports import free_port
 from tests.helpers.redis_fixtures import RedisServer
 
@@ -217,7 +218,8 @@ def test_redis_outage_degrades_to_misses_and_recovers(redis_server: RedisServer,
 
 
 def test_back_off_touches_no_network(redis_server: RedisServer, redis_url: str) -> None:
-    """During the back-off calls fail even though Redis is back; once it is over they reach Redis again."""
+    """During the back-off calls fail even though Redis is back; once it is over, the call that finds it over is
+    still skipped but starts a probe in the background, and after the probe calls reach Redis again."""
     clock = ManualClock()
 
     async def scenario() -> None:
@@ -231,6 +233,12 @@ def test_back_off_touches_no_network(redis_server: RedisServer, redis_url: str) 
             with pytest.raises(CacheStoreError, match=r"redis set skipped: backing off after a failure, 0.10 s left"):
                 await store.set_many({"k": b"v"})
             clock.now += 0.1
+            with pytest.raises(CacheStoreError, match="redis set skipped"):
+                await store.set_many({"k": b"v"})  # never waits on a Redis that may still hang
+            deadline = time.monotonic() + 5
+            while not await store.ping():  # until the background probe's PING has answered
+                assert time.monotonic() < deadline, "the probe did not close the circuit"
+                await asyncio.sleep(0.01)
             await store.set_many({"k": b"v"})
             assert await store.get_many(["k"]) == [b"v"]
         finally:
@@ -266,13 +274,13 @@ def test_password_never_appears_in_errors_or_logs(caplog: pytest.LogCaptureFixtu
     url = f"redis://user:hunter2-secret@127.0.0.1:{free_port()}/0"  # nothing listens there
 
     async def scenario() -> None:
-        store = RedisStore(url)
+        store = RedisStore(url, backoff_seconds=0.001)
         cache = EmbeddingCache(store, ttl_seconds=60, name=CACHE)
         try:
             with pytest.raises(CacheStoreError) as raised:
                 await store.get_many(["k"])
             assert "hunter2" not in str(raised.value) and "hunter2" not in repr(store)
-            store.backoff_seconds = 0.0
+            await asyncio.sleep(0.01)  # past the back-off: the cache's call probes Redis again
             assert await cache.get_many(MODEL, REVISION, ["k"]) == [None]
         finally:
             await cache.aclose()
@@ -292,9 +300,9 @@ def test_malformed_url_is_not_echoed() -> None:
 # Store selection
 
 
-def test_build_store_uses_redis_when_configured(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    store = build_store(RedisSettings(), memory_mb=CacheSettings().embedding_cache_mb)
+def test_build_store_uses_the_shared_redis_connection(redis_url: str) -> None:
+    redis = RedisConnection(redis_url)
+    store = build_store(redis, memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(store, RedisStore)
 
     async def scenario() -> None:
@@ -303,15 +311,17 @@ def test_build_store_uses_redis_when_configured(redis_url: str, monkeypatch: pyt
             assert await store.get_many(["k"]) == [b"v"]
         finally:
             await store.aclose()
+            assert await redis.call(redis.client.ping)  # the store's close leaves the shared client open
+            await redis.aclose()
 
     asyncio.run(scenario())
 
 
 def test_build_store_falls_back_to_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EMBEDDING_CACHE_MB", "1.5")
-    store = build_store(RedisSettings(), memory_mb=CacheSettings().embedding_cache_mb)
+    store = build_store(None, memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(store, MemoryStore)
     assert store.max_bytes == 1572864
     monkeypatch.setenv("EMBEDDING_CACHE_MB", "0")
-    disabled = build_store(RedisSettings(), memory_mb=CacheSettings().embedding_cache_mb)
+    disabled = build_store(None, memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(disabled, MemoryStore) and disabled.max_bytes == 0

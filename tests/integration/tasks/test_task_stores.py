@@ -363,6 +363,7 @@ def test_redis_store_fails_while_redis_is_down_and_recovers_with_its_watchers(
                     await one.save(task.moved(TaskState.PROCESSING, time.time()))
                 assert not await one.ping()
                 redis_server.start()  # without persistence: the data is gone, the store must work again
+                await asyncio.sleep(1.0)  # past the circuit's back-off window: the next call probes Redis
                 assert await two.create(task) == (task, True)
                 deadline = time.monotonic() + 5
                 while await subscribers() == 0:
