@@ -30,11 +30,13 @@ from gateway.grpc.server import create_grpc_server
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
-from gateway.routes import callbacks, chat, docs, embeddings, health, models, video
+from gateway.routes import callbacks, chat, docs, embeddings, health, models, search, video
+from gateway.search.stores import build_vector_store
 from gateway.services.chat import ChatService
 from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
 from gateway.services.models import ModelsService
+from gateway.services.search import SearchService
 from gateway.services.video import VideoService
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_runner import VideoTaskRunner
@@ -189,6 +191,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             app.state.embeddings = service
             app.state.chat = await stack.enter_async_context(chat_service(settings, service))
             app.state.video = await stack.enter_async_context(video_service(settings))
+            vector_store = build_vector_store(settings.search)
+            stack.push_async_callback(vector_store.aclose)
+            app.state.search = SearchService(vector_store, service, settings.limits)
             app.state.models = ModelsService(
                 triton,
                 app.state.chat,
@@ -203,6 +208,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 chat=app.state.chat,
                 video=app.state.video,
                 models=app.state.models,
+                search=app.state.search,
                 in_flight=in_flight,
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,
@@ -232,6 +238,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     chat.attach_router(app)
     models.attach_router(app)
     video.attach_router(app)
+    search.attach_router(app)
     callbacks.attach_router(app)
     health.attach_router(app)
     docs.attach_router(app)

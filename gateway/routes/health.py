@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.routes.embeddings import embeddings
+from gateway.routes.search import search_service
 from gateway.routes.video import video
 
 router = APIRouter()
@@ -30,6 +31,7 @@ async def readyz(request: Request) -> JSONResponse:
     if cache is not None:
         checks["cache"] = "ok" if cache else "degraded"
     checks["tasks"] = "ok" if await video(request).ready() else "unavailable"
+    checks["search"] = "ok" if await search_service(request).ready() else "degraded"
     return JSONResponse({"ready": triton, "checks": checks}, status_code=200 if triton else 503)
 
 
