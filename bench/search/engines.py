@@ -32,7 +32,7 @@ class LanceEngine:
 
     name = "lancedb 0.40 (IVF_HNSW_SQ, refine)"
 
-    def __init__(self, folder: Path, nprobes: int = 20, refine_factor: int = 5, ef: int = 64) -> None:
+    def __init__(self, folder: Path, nprobes: int = 20, refine_factor: int = 5, ef: int = 128) -> None:
         import lancedb
 
         shutil.rmtree(folder, ignore_errors=True)
@@ -56,7 +56,8 @@ class LanceEngine:
 
     def search(self, query: Vectors, top_k: int, bucket: int | None) -> list[int]:
         builder = self._table.search(query).metric("cosine").limit(top_k).select(["row", "_distance"])
-        builder = builder.nprobes(self._nprobes).refine_factor(self._refine).ef(self._ef)
+        # lance wants ef >= the rows it refines (top_k x refine_factor)
+        builder = builder.nprobes(self._nprobes).refine_factor(self._refine).ef(max(self._ef, top_k * self._refine))
         if bucket is not None:
             builder = builder.where(f"bucket = {int(bucket)}", prefilter=True)
         return [int(row) for row in builder.to_arrow().column("row").to_pylist()]

@@ -74,6 +74,20 @@ def embed(texts: list[str]) -> Vectors:
     return unit(out)
 
 
+def cached_embeddings(texts: list[str], path: Path | None) -> Vectors:
+    """The texts' vectors, read from `path` when an earlier run saved them for the same texts."""
+    if path is not None and path.is_file():
+        saved = np.load(path)
+        if saved.shape[0] == len(texts):
+            return saved.astype(np.float32)
+    started = time.perf_counter()
+    vectors = embed(texts)
+    print(f"embedded {len(texts)} real texts in {time.perf_counter() - started:.1f} s", flush=True)
+    if path is not None:
+        np.save(path, vectors)
+    return vectors
+
+
 def unit(vectors: Vectors) -> Vectors:
     normalised: Vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
     return normalised
@@ -122,14 +136,13 @@ def main() -> None:
     parser.add_argument("--total", type=int, default=100_000, help="documents, topped up with random unit vectors")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--engines", default="lancedb,qdrant-edge")
+    parser.add_argument("--vectors", type=Path, help="save the real texts' vectors here, and reuse them next time")
     parser.add_argument("--lance-nprobes", type=int, default=40)
     parser.add_argument("--lance-refine", type=int, default=10)
     parser.add_argument("--qdrant-ef", type=int, default=128)
     args = parser.parse_args()
     texts, asked = corpus_and_queries(args.real, args.queries)
-    started = time.perf_counter()
-    vectors = embed(texts + asked)
-    print(f"embedded {len(texts) + len(asked)} real texts in {time.perf_counter() - started:.1f} s")
+    vectors = cached_embeddings(texts + asked, args.vectors)
     documents, queries = vectors[: len(texts)], vectors[len(texts) :]
     filler = unit(np.random.default_rng(7).standard_normal((args.total - len(texts), 384)).astype(np.float32))
     documents = np.concatenate([documents, filler])

@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from gateway.app import create_app
-from gateway.settings import CacheSettings, ServerSettings, Settings, TaskStoreSettings, TritonSettings
+from gateway.settings import (
+    CacheSettings,
+    SearchSettings,
+    ServerSettings,
+    Settings,
+    TaskStoreSettings,
+    TritonSettings,
+)
 from localtriton.ports import free_port
 from tests.helpers.servers import ThreadedServer
 
@@ -35,12 +42,13 @@ class RunningGateway(ThreadedServer):
 
 def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
     """Settings for a test gateway: free ports, the given Triton, no cache unless asked for, a task
-    database of its own."""
+    database and search folder of its own."""
     task_db = Path(tempfile.mkdtemp(prefix="gateway-tasks-")) / "tasks.sqlite3"
     defaults: dict[str, Any] = {
         "server": ServerSettings(host="127.0.0.1", http_port=free_port(), grpc_port=free_port()),
         "triton": TritonSettings(url=triton_url),
         "cache": CacheSettings(embedding_cache_mb=0),
         "tasks": TaskStoreSettings(sqlite_path=str(task_db)),
+        "search": SearchSettings(path=str(task_db.parent / "search")),
     }
     return Settings(**{**defaults, **concerns})
