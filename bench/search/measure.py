@@ -77,9 +77,9 @@ def embed(texts: list[str]) -> Vectors:
 def cached_embeddings(texts: list[str], path: Path | None) -> Vectors:
     """The texts' vectors, read from `path` when an earlier run saved them for the same texts."""
     if path is not None and path.is_file():
-        saved = np.load(path)
+        saved: Vectors = np.load(path).astype(np.float32)
         if saved.shape[0] == len(texts):
-            return saved.astype(np.float32)
+            return saved
     started = time.perf_counter()
     vectors = embed(texts)
     print(f"embedded {len(texts)} real texts in {time.perf_counter() - started:.1f} s", flush=True)
