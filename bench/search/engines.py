@@ -110,3 +110,55 @@ class QdrantEdgeEngine:
 
     def close(self) -> None:
         self._shard.close()
+
+
+class GatewayEmbeddedEngine:
+    """The gateway's own embedded store (`gateway.search.embedded`, Qdrant Edge underneath) used as the gateway
+    uses it: 1,000-document upserts (each flushed), the metadata filter compiled from `{"bucket": n}`, texts and
+    metadata read back with every hit."""
+
+    name = "gateway EmbeddedStore (qdrant-edge)"
+
+    def __init__(self, folder: Path) -> None:
+        import asyncio
+
+        from gateway.search.embedded import EmbeddedStore
+
+        shutil.rmtree(folder, ignore_errors=True)
+        self._loop = asyncio.new_event_loop()
+        self._store = EmbeddedStore(folder)
+        self.ingest_s = 0.0
+
+    def load(self, vectors: Vectors, buckets: list[int]) -> None:
+        import time
+
+        from gateway.search.documents import Collection
+        from gateway.search.store import DocumentWrite
+
+        run = self._loop.run_until_complete
+        run(self._store.create_collection(Collection("bench", "m", "r", vectors.shape[1], 0, None)))
+        started = time.perf_counter()
+        for start in range(0, len(vectors), 1_000):
+            batch = [
+                DocumentWrite(str(row), f"document {row}", {"bucket": buckets[row]}, vectors[row])
+                for row in range(start, min(start + 1_000, len(vectors)))
+            ]
+            run(self._store.upsert("bench", batch, 0))
+        self.ingest_s = time.perf_counter() - started
+        run(self._indexed())
+
+    async def _indexed(self) -> None:
+        import asyncio
+
+        await asyncio.gather(*self._store._optimizing.values())  # the benchmark waits for the index on purpose
+
+    def search(self, query: Vectors, top_k: int, bucket: int | None) -> list[int]:
+        from gateway.search.filters import parse_filter
+
+        where = None if bucket is None else parse_filter({"bucket": bucket})
+        hits = self._loop.run_until_complete(self._store.search("bench", query, top_k, where, None))
+        return [int(hit.id) for hit in hits]
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._store.aclose())
+        self._loop.close()

@@ -16,7 +16,7 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy.typing as npt
 os.environ.setdefault("LANCE_LOG", "error")  # lance warns on every search that selects columns without `_distance`
 
 from bench.paths import ROOT
-from bench.search.engines import Engine, LanceEngine, QdrantEdgeEngine, Vectors
+from bench.search.engines import Engine, GatewayEmbeddedEngine, LanceEngine, QdrantEdgeEngine, Vectors
 
 # `../shared/data` from the main checkout; a worktree sits one folder deeper.
 DATA = next((p for p in (ROOT.parent / "shared/data", ROOT.parent.parent / "shared/data") if p.is_dir()), ROOT)
@@ -135,7 +135,7 @@ def main() -> None:
     )
     parser.add_argument("--total", type=int, default=100_000, help="documents, topped up with random unit vectors")
     parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--engines", default="lancedb,qdrant-edge")
+    parser.add_argument("--engines", default="lancedb,qdrant-edge,gateway-embedded")
     parser.add_argument("--vectors", type=Path, help="save the real texts' vectors here, and reuse them next time")
     parser.add_argument("--lance-nprobes", type=int, default=40)
     parser.add_argument("--lance-refine", type=int, default=10)
@@ -149,13 +149,16 @@ def main() -> None:
     buckets = np.random.default_rng(8).integers(0, 10, len(documents))
     print(f"{len(texts)} real + {len(filler)} random unit vectors, {len(queries)} real queries, top {TOP_K}")
     with tempfile.TemporaryDirectory(prefix="bench-search-") as folder:
-        engines: dict[str, Engine] = {
-            "lancedb": LanceEngine(Path(folder) / "lance", args.lance_nprobes, args.lance_refine),
-            "qdrant-edge": QdrantEdgeEngine(Path(folder) / "qdrant", args.qdrant_ef),
+        engines: dict[str, Callable[[], Engine]] = {
+            "lancedb": lambda: LanceEngine(Path(folder) / "lance", args.lance_nprobes, args.lance_refine),
+            "qdrant-edge": lambda: QdrantEdgeEngine(Path(folder) / "qdrant", args.qdrant_ef),
+            "gateway-embedded": lambda: GatewayEmbeddedEngine(Path(folder) / "gateway"),
         }
         for key in args.engines.split(","):
-            engine = engines[key]
+            engine = engines[key]()
             numbers = measure(engine, documents, buckets, queries)
+            if isinstance(engine, GatewayEmbeddedEngine):
+                numbers["ingest_s"] = engine.ingest_s
             print(engine.name, " ".join(f"{name}={value:.3f}" for name, value in numbers.items()), flush=True)
 
 

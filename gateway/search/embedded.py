@@ -19,8 +19,6 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,7 +36,6 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
-from gateway.errors import GatewayError
 from gateway.search.documents import Collection, Document, Hit, Vector
 from gateway.search.filters import Filter
 from gateway.search.qdrant_filter import flags, to_qdrant
@@ -48,6 +45,7 @@ from gateway.search.store import (
     DocumentWrite,
     SearchStoreUnavailableError,
 )
+from gateway.search.threads import StoreThreads
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -67,7 +65,7 @@ class EmbeddedStore:
 
     def __init__(self, path: str | Path, *, max_threads: int = 4) -> None:
         self._root = Path(path) / "collections"
-        self._executor = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="search-store")
+        self._threads = StoreThreads(self.name, max_threads)
         self._collections: dict[str, Collection] | None = None
         self._shards: dict[str, EdgeShard] = {}
         self._lifecycle = asyncio.Lock()  # create, delete and first open of a collection
@@ -159,20 +157,12 @@ class EmbeddedStore:
         for shard in self._shards.values():
             await self._run(shard.close)
         self._shards.clear()
-        self._executor.shutdown(wait=True)
+        self._threads.shutdown()
 
     # -- in the thread pool ------------------------------------------------------------------------------
 
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._executor, partial(call, *args))
-        except GatewayError:
-            raise
-        except Exception as exc:  # Qdrant Edge raises plain exceptions; the OS raises OSError
-            raise SearchStoreUnavailableError(
-                "the search store (embedded) failed; try again later", detail=repr(exc)
-            ) from exc
+        return await self._threads.run(call, *args)
 
     def _read_catalog(self) -> dict[str, Collection]:
         self._root.mkdir(parents=True, exist_ok=True)

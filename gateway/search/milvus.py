@@ -12,18 +12,15 @@ and serves everything else; every call runs on the store's thread pool with SEAR
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any, TypeVar
 
 from pydantic import SecretStr
 from pymilvus import DataType, MilvusClient
 
-from gateway.errors import GatewayError, InvalidRequestError
+from gateway.errors import InvalidRequestError
 from gateway.search.documents import Collection, Document, Hit, Vector
 from gateway.search.filters import Filter
 from gateway.search.milvus_filter import literal, to_milvus
@@ -33,6 +30,7 @@ from gateway.search.store import (
     DocumentWrite,
     SearchStoreUnavailableError,
 )
+from gateway.search.threads import StoreThreads
 
 T = TypeVar("T")
 CATALOG = "gateway_collections"
@@ -55,7 +53,7 @@ class MilvusStore:
         self._uri = uri
         self._token = token
         self._timeout = timeout_seconds
-        self._executor = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="search-milvus")
+        self._threads = StoreThreads(self.name, max_threads)
         self._client: MilvusClient | None = None
         self._records: dict[str, tuple[Collection, float]] = {}
 
@@ -119,7 +117,7 @@ class MilvusStore:
 
     async def ready(self) -> bool:
         try:
-            await self._run(lambda: self._connected().has_collection(CATALOG, timeout=self._timeout))
+            await self._run(self._ping)
         except SearchStoreUnavailableError:
             return False
         return True
@@ -127,7 +125,7 @@ class MilvusStore:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._run(self._client.close)
-        self._executor.shutdown(wait=True)
+        self._threads.shutdown()
 
     async def _record(self, name: str, *, fresh: bool = False) -> Collection:
         cached = self._records.get(name)
@@ -142,15 +140,7 @@ class MilvusStore:
         return collection
 
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._executor, partial(call, *args))
-        except GatewayError:
-            raise
-        except Exception as exc:  # MilvusException, grpc errors, connection refused at first connect
-            raise SearchStoreUnavailableError(
-                "the search store (milvus) failed; try again later", detail=repr(exc)
-            ) from exc
+        return await self._threads.run(call, *args)
 
     # -- in the thread pool ------------------------------------------------------------------------------
 
@@ -168,6 +158,9 @@ class MilvusStore:
                 )
             self._client = client
         return self._client
+
+    def _ping(self) -> None:
+        self._connected().has_collection(CATALOG, timeout=self._timeout)
 
     def _catalog_rows(self, expression: str) -> list[dict[str, Any]]:
         rows = self._connected().query(
