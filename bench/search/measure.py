@@ -152,13 +152,14 @@ def main() -> None:
         engines: dict[str, Callable[[], Engine]] = {
             "lancedb": lambda: LanceEngine(Path(folder) / "lance", args.lance_nprobes, args.lance_refine),
             "qdrant-edge": lambda: QdrantEdgeEngine(Path(folder) / "qdrant", args.qdrant_ef),
+            "qdrant-edge-exact": lambda: QdrantEdgeEngine(Path(folder) / "exact", indexed=False),
             "gateway-embedded": lambda: GatewayEmbeddedEngine(Path(folder) / "gateway"),
         }
         for key in args.engines.split(","):
             engine = engines[key]()
             numbers = measure(engine, documents, buckets, queries)
             if isinstance(engine, GatewayEmbeddedEngine):
-                numbers["ingest_s"] = engine.ingest_s
+                numbers.update(ingest_s=engine.ingest_s, index_s=engine.index_s, loop_stall_s=engine.max_loop_stall_s)
             print(engine.name, " ".join(f"{name}={value:.3f}" for name, value in numbers.items()), flush=True)
 
 

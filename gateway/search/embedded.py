@@ -5,9 +5,8 @@
 
 A document is one point: its id is a UUID derived from the client's id, its payload holds the client's id, the
 text, the metadata and the timestamps, so a search answers in one call. Every write is flushed before the call
-returns. Qdrant Edge indexes in-process only when asked: after writes the store runs its optimizer in the
-background (one at a time per collection), so new documents are searchable at once (by a scan of the
-unindexed segment) and fast once indexed.
+returns. New documents are searchable at once (an exact scan of the unindexed ones); once enough are unindexed,
+the HNSW index is built on a copy in a child process and swapped in (`shard_index.py` says why and how).
 """
 
 from __future__ import annotations
@@ -18,7 +17,8 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,9 +26,11 @@ from qdrant_edge import (
     CountRequest,
     Distance,
     EdgeConfig,
+    EdgeOptimizersConfig,
     EdgeShard,
     EdgeVectorParams,
     HnswIndexConfig,
+    PayloadSchemaType,
     Point,
     Query,
     QueryRequest,
@@ -38,7 +40,17 @@ from qdrant_edge import (
 
 from gateway.search.documents import Collection, Document, Hit, Vector
 from gateway.search.filters import Filter
-from gateway.search.qdrant_filter import flags, to_qdrant
+from gateway.search.qdrant_filter import flags, payload_indexes, to_qdrant
+from gateway.search.shard_index import (
+    LIVE,
+    MIN_UNINDEXED_POINTS,
+    build_index,
+    copy_for_indexing,
+    discard,
+    needs_index,
+    recover,
+    swap_in,
+)
 from gateway.search.store import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -63,14 +75,26 @@ def point_id(document_id: str) -> str:
 class EmbeddedStore:
     name = "embedded"
 
-    def __init__(self, path: str | Path, *, max_threads: int = 4) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_threads: int = 4,
+        index_after_points: int = MIN_UNINDEXED_POINTS,
+        indexing_threshold_kb: int | None = None,
+    ) -> None:
+        """`index_after_points` unindexed points start an index build; `indexing_threshold_kb` is Qdrant's
+        segment size from which it builds an HNSW graph (None: Qdrant's default). Tests make both small."""
         self._root = Path(path) / "collections"
+        self._index_after = index_after_points
+        self._optimizers = EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb)
         self._threads = StoreThreads(self.name, max_threads)
         self._collections: dict[str, Collection] | None = None
         self._shards: dict[str, EdgeShard] = {}
         self._lifecycle = asyncio.Lock()  # create, delete and first open of a collection
         self._writes: dict[str, asyncio.Lock] = {}
-        self._optimizing: dict[str, asyncio.Task[None]] = {}
+        self._indexing: dict[str, asyncio.Task[None]] = {}
+        self._kept: dict[str, list[UpdateOperation]] = {}  # writes made while a copy is being indexed
 
     async def create_collection(self, collection: Collection) -> None:
         async with self._lifecycle:
@@ -101,8 +125,9 @@ class EmbeddedStore:
             collections = await self._catalog()
             if name not in collections:
                 raise CollectionNotFoundError(name)
-            task = self._optimizing.pop(name, None)
+            task = self._indexing.pop(name, None)
             if task is not None:
+                task.cancel()  # kills the child building the index
                 await asyncio.gather(task, return_exceptions=True)
             async with self._write_lock(name):
                 del collections[name]
@@ -110,10 +135,9 @@ class EmbeddedStore:
                 await self._run(self._delete_files, name, shard)
 
     async def upsert(self, name: str, documents: Sequence[DocumentWrite], now: int) -> None:
-        shard = await self._shard(name)
-        async with self._write_lock(name):
-            await self._run(self._upsert, shard, documents, now)
-        self._optimize_later(name, shard)
+        async with self._writing(name) as shard:
+            await self._run(self._upsert, shard, documents, now, self._kept.get(name))
+        self._index_later(name)
 
     async def get_documents(self, name: str, ids: Sequence[str]) -> list[Document]:
         shard = await self._shard(name)
@@ -121,14 +145,12 @@ class EmbeddedStore:
         return [document(record.payload) for record in records if record.payload]
 
     async def delete_documents(self, name: str, ids: Sequence[str]) -> int:
-        shard = await self._shard(name)
-        async with self._write_lock(name):
-            return await self._run(self._delete_ids, shard, [point_id(i) for i in ids])
+        async with self._writing(name) as shard:
+            return await self._run(self._delete_ids, shard, [point_id(i) for i in ids], self._kept.get(name))
 
     async def delete_matching(self, name: str, where: Filter) -> int:
-        shard = await self._shard(name)
-        async with self._write_lock(name):
-            return await self._run(self._delete_filter, shard, where)
+        async with self._writing(name) as shard:
+            return await self._run(self._delete_filter, shard, where, self._kept.get(name))
 
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
@@ -152,8 +174,14 @@ class EmbeddedStore:
             return False
         return True
 
+    async def wait_indexed(self) -> None:
+        """Until the index builds under way have finished (for the benchmark and the tests)."""
+        await asyncio.gather(*self._indexing.values(), return_exceptions=True)
+
     async def aclose(self) -> None:
-        await asyncio.gather(*self._optimizing.values(), return_exceptions=True)
+        for task in self._indexing.values():
+            task.cancel()
+        await asyncio.gather(*self._indexing.values(), return_exceptions=True)
         for shard in self._shards.values():
             await self._run(shard.close)
         self._shards.clear()
@@ -178,11 +206,18 @@ class EmbeddedStore:
         shutil.rmtree(folder, ignore_errors=True)  # a create that crashed before its record was written
         folder.mkdir(parents=True)
         config = EdgeConfig(
-            vectors=EdgeVectorParams(size=collection.dimensions, distance=Distance.Cosine), hnsw_config=HNSW
+            vectors=EdgeVectorParams(size=collection.dimensions, distance=Distance.Cosine),
+            hnsw_config=HNSW,
+            optimizers=self._optimizers,
         )
-        shard = EdgeShard.create(str(folder / "shard"), config)
+        shard = EdgeShard.create(str(folder / LIVE), config)
         write_durably(folder / RECORD, json.dumps(collection.record()).encode())
         return shard
+
+    def _open(self, name: str) -> EdgeShard:
+        folder = self._root / name
+        recover(folder)
+        return EdgeShard.load(str(folder / LIVE))
 
     def _delete_files(self, name: str, shard: EdgeShard | None) -> None:
         if shard is not None:
@@ -193,7 +228,10 @@ class EmbeddedStore:
         folder.rename(trash)
         shutil.rmtree(trash, ignore_errors=True)
 
-    def _upsert(self, shard: EdgeShard, documents: Sequence[DocumentWrite], now: int) -> None:
+    def _upsert(
+        self, shard: EdgeShard, documents: Sequence[DocumentWrite], now: int, kept: list[UpdateOperation] | None
+    ) -> None:
+        self._index_fields(shard, documents, kept)
         ids: list[PointId] = [point_id(d.id) for d in documents]
         existing = shard.retrieve(ids, ["id", "created_at"], False)
         created = {r.payload["id"]: r.payload["created_at"] for r in existing if r.payload}
@@ -212,22 +250,33 @@ class EmbeddedStore:
             )
             for key, d in zip(ids, documents, strict=True)
         ]
-        shard.update(UpdateOperation.upsert_points(points))
-        shard.flush()
+        apply(shard, UpdateOperation.upsert_points(points), kept)
 
-    def _delete_ids(self, shard: EdgeShard, ids: list[PointId]) -> int:
+    def _index_fields(
+        self, shard: EdgeShard, documents: Sequence[DocumentWrite], kept: list[UpdateOperation] | None
+    ) -> None:
+        """A payload index for each metadata field as it first appears (a field seen later with another type
+        is filtered without one), so that filtered searches stay fast."""
+        wanted: dict[str, PayloadSchemaType] = {}
+        for document in documents:
+            for path, schema in payload_indexes(document.metadata).items():
+                wanted.setdefault(path, schema)
+        existing = shard.info().payload_schema
+        for path, schema in wanted.items():
+            if path not in existing:
+                apply(shard, UpdateOperation.create_field_index(path, schema), kept)
+
+    def _delete_ids(self, shard: EdgeShard, ids: list[PointId], kept: list[UpdateOperation] | None) -> int:
         found = [record.id for record in shard.retrieve(ids, False, False)]
         if found:
-            shard.update(UpdateOperation.delete_points(found))
-            shard.flush()
+            apply(shard, UpdateOperation.delete_points(found), kept)
         return len(found)
 
-    def _delete_filter(self, shard: EdgeShard, where: Filter) -> int:
+    def _delete_filter(self, shard: EdgeShard, where: Filter, kept: list[UpdateOperation] | None) -> int:
         compiled = to_qdrant(where)
         count = shard.count(CountRequest(exact=True, filter=compiled))
         if count:
-            shard.update(UpdateOperation.delete_points_by_filter(compiled))
-            shard.flush()
+            apply(shard, UpdateOperation.delete_points_by_filter(compiled), kept)
         return int(count)
 
     # -- on the event loop -------------------------------------------------------------------------------
@@ -245,24 +294,67 @@ class EmbeddedStore:
             if name not in await self._catalog():
                 raise CollectionNotFoundError(name)
             if name not in self._shards:
-                self._shards[name] = await self._run(EdgeShard.load, str(self._root / name / "shard"))
-                self._optimize_later(name, self._shards[name])  # writes of the last run may be unindexed
+                self._shards[name] = await self._run(self._open, name)
+                self._index_later(name)  # writes of the last run may be unindexed
             return self._shards[name]
+
+    @asynccontextmanager
+    async def _writing(self, name: str) -> AsyncIterator[EdgeShard]:
+        """The collection's shard under its write lock (fetched inside it: an index swap may have replaced it)."""
+        await self._shard(name)
+        async with self._write_lock(name):
+            shard = self._shards.get(name)
+            if shard is None:
+                raise CollectionNotFoundError(name)
+            yield shard
 
     def _write_lock(self, name: str) -> asyncio.Lock:
         return self._writes.setdefault(name, asyncio.Lock())
 
-    def _optimize_later(self, name: str, shard: EdgeShard) -> None:
-        running = self._optimizing.get(name)
+    def _index_later(self, name: str) -> None:
+        running = self._indexing.get(name)
         if running is None or running.done():
-            self._optimizing[name] = asyncio.create_task(self._optimize(name, shard))
+            self._indexing[name] = asyncio.create_task(self._index(name))
 
-    async def _optimize(self, name: str, shard: EdgeShard) -> None:
+    async def _index(self, name: str) -> None:
+        """Build and swap in indexes until few enough points are unindexed (writes go on meanwhile)."""
+        while await self._index_once(name):
+            pass
+
+    async def _index_once(self, name: str) -> bool:
+        """One build and swap; False when none was needed or it failed."""
+        folder = self._root / name
         try:
-            while await self._run(shard.optimize):
-                pass
+            async with self._write_lock(name):
+                shard = self._shards.get(name)
+                if shard is None or not await self._run(needs_index, shard, self._index_after):
+                    return False
+                await self._run(copy_for_indexing, folder, shard)
+                self._kept[name] = []
+            built = await build_index(folder)
+            async with self._write_lock(name):
+                writes = self._kept.pop(name, [])
+                shard = self._shards.get(name)
+                if shard is None:
+                    return False  # deleted meanwhile
+                if not built:
+                    await self._run(discard, folder)
+                    return False
+                self._shards[name] = await self._run(swap_in, folder, shard, writes)
+                return True
         except SearchStoreUnavailableError as exc:
             log.warning("indexing collection %s failed: %s", name, exc)
+            return False
+        finally:
+            self._kept.pop(name, None)
+
+
+def apply(shard: EdgeShard, operation: UpdateOperation, kept: list[UpdateOperation] | None) -> None:
+    """Apply and flush a write; keep it too while a copy of the shard is being indexed."""
+    shard.update(operation)
+    shard.flush()
+    if kept is not None:
+        kept.append(operation)
 
 
 def document(payload: dict[str, Any]) -> Document:

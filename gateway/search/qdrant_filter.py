@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from qdrant_edge import FieldCondition, Filter, MatchValue, RangeFloat
+from qdrant_edge import FieldCondition, Filter, MatchValue, PayloadSchemaType, RangeFloat
 
 from gateway.search import filters as f
 
@@ -57,3 +57,17 @@ def _path(field: str) -> str:
 def flags(metadata: Mapping[str, object]) -> dict[str, int]:
     """The boolean metadata as the `flags` payload the filters above match."""
     return {key: int(value) for key, value in metadata.items() if isinstance(value, bool)}
+
+
+def payload_indexes(metadata: Mapping[str, object]) -> dict[str, PayloadSchemaType]:
+    """The payload index each metadata field's filters use: keyword for strings and lists of strings, float for
+    numbers, integer for the booleans kept under `flags`."""
+    indexes = {}
+    for key, value in metadata.items():
+        if isinstance(value, bool):
+            indexes[f"{FLAGS}.{key}"] = PayloadSchemaType.Integer
+        elif isinstance(value, int | float):
+            indexes[_path(key)] = PayloadSchemaType.Float
+        else:
+            indexes[_path(key)] = PayloadSchemaType.Keyword
+    return indexes

@@ -200,3 +200,38 @@ def test_a_milvus_that_does_not_answer_is_unavailable_not_fatal() -> None:
         await store.aclose()
 
     asyncio.run(scenario())
+
+
+def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_writes(tmp_path: Path) -> None:
+    created = collection()
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((3000, DIMENSIONS)).astype(np.float32)
+    writes = [
+        DocumentWrite(str(n), f"text {n}", {"n": n}, vectors[n] / np.linalg.norm(vectors[n])) for n in range(3000)
+    ]
+
+    def store() -> EmbeddedStore:
+        return EmbeddedStore(tmp_path / "search", index_after_points=1000, indexing_threshold_kb=1)
+
+    async def scenario(embedded: VectorStore) -> None:
+        assert isinstance(embedded, EmbeddedStore)
+        await embedded.create_collection(created)
+        await embedded.upsert(created.name, writes[:2000], now=1)  # starts a build of these 2,000
+        await embedded.upsert(created.name, writes[2000:], now=2)  # written while the child indexes
+        await embedded.delete_documents(created.name, ["0"])
+        await embedded.wait_indexed()
+        folder = tmp_path / "search" / "collections" / created.name
+        assert sorted(p.name for p in folder.iterdir()) == ["collection.json", "shard"]
+        assert embedded._shards[created.name].info().indexed_vectors_count >= 1999  # the swapped-in HNSW
+        assert (await embedded.get_collection(created.name)).documents == 2999
+        hits = await embedded.search(created.name, writes[2500].vector, 1, None, None)
+        assert hits[0].id == "2500"
+        assert await embedded.get_documents(created.name, ["0"]) == []
+
+    async def reopened(embedded: VectorStore) -> None:
+        assert (await embedded.get_collection(created.name)).documents == 2999
+        hits = await embedded.search(created.name, writes[7].vector, 1, parse_filter({"n": {"$lt": 10}}), None)
+        assert hits[0].id == "7"
+
+    run(store(), scenario)
+    run(store(), reopened)
