@@ -187,7 +187,7 @@ class MilvusStore:
 
     def _drop(self, name: str) -> None:
         client = self._connected()
-        client.delete(CATALOG, ids=[name], timeout=self._timeout)  # gone for clients from here on
+        client.delete(CATALOG, filter=f"name == {literal(name)}", timeout=self._timeout)  # gone for clients now
         client.drop_collection(milvus_name(name), timeout=self._timeout)
 
     def _count(self, target: str, expression: str) -> int:
@@ -197,7 +197,8 @@ class MilvusStore:
     def _get(self, target: str, ids: list[str], fields: list[str]) -> list[dict[str, Any]]:
         if not ids:
             return []
-        return list(self._connected().get(target, ids=ids, output_fields=fields, timeout=self._timeout))
+        rows = self._connected().query(target, filter=ids_expression(ids), output_fields=fields, timeout=self._timeout)
+        return list(rows)
 
     def _upsert(self, target: str, documents: Sequence[DocumentWrite], now: int) -> None:
         existing = self._get(target, [d.id for d in documents], ["id", "created_at"])
@@ -218,7 +219,7 @@ class MilvusStore:
     def _delete_ids(self, target: str, ids: list[str]) -> int:
         found = [row["id"] for row in self._get(target, ids, ["id"])]
         if found:
-            self._connected().delete(target, ids=found, timeout=self._timeout)
+            self._connected().delete(target, filter=ids_expression(found), timeout=self._timeout)
         return len(found)
 
     def _delete_filter(self, target: str, expression: str) -> int:
@@ -238,6 +239,12 @@ class MilvusStore:
             timeout=self._timeout,
         )
         return list(results[0]) if results else []
+
+
+def ids_expression(ids: list[str]) -> str:
+    """`id in [...]` with each id an escaped literal: pymilvus' own `get(ids=...)` and `delete(ids=...)` put the
+    ids between single quotes unescaped, so an id holding a quote would break out of its string."""
+    return "id in [" + ", ".join(literal(i) for i in ids) + "]"
 
 
 def _documents_schema(dimensions: int) -> Any:

@@ -235,3 +235,42 @@ def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_wr
 
     run(store(), scenario)
     run(store(), reopened)
+
+
+def test_ids_and_values_with_quotes_and_backslashes_stay_data(store_factory: StoreFactory) -> None:
+    created = collection()
+    tricky = ['x" or id != "', "a\\", 'b\\" or 1==1 or \\"', "it's", "new\nline"]
+    writes = [DocumentWrite(i, f"text {n}", {"v": i}, unit(n)) for n, i in enumerate(tricky)]
+
+    async def scenario(store: VectorStore) -> None:
+        await store.create_collection(created)
+        await store.upsert(created.name, [*DOCUMENTS, *writes], now=1)
+        for document_id in tricky:
+            (found,) = await store.get_documents(created.name, [document_id])
+            assert found.id == document_id and found.metadata == {"v": document_id}
+            hits = await store.search(created.name, unit(1), 10, parse_filter({"v": document_id}), None)
+            assert [hit.id for hit in hits] == [document_id]
+        assert await store.get_documents(created.name, ['nothing" or id != "']) == []
+        assert await store.delete_documents(created.name, ['nothing" or id != "']) == 0
+        assert await store.delete_documents(created.name, [tricky[0]]) == 1
+        assert (await store.get_collection(created.name)).documents == len(DOCUMENTS) + len(tricky) - 1
+
+    run(store_factory(), scenario)
+
+
+def test_a_field_with_values_of_two_types_filters_each(store_factory: StoreFactory) -> None:
+    created = collection()
+    writes = [
+        DocumentWrite("n", "number", {"size": 3}, unit(1)),
+        DocumentWrite("s", "string", {"size": "large"}, unit(2)),
+    ]
+
+    async def scenario(store: VectorStore) -> None:
+        await store.create_collection(created)
+        await store.upsert(created.name, writes[:1], now=1)
+        await store.upsert(created.name, writes[1:], now=1)
+        assert [h.id for h in await store.search(created.name, unit(1), 5, parse_filter({"size": 3}), None)] == ["n"]
+        large = await store.search(created.name, unit(1), 5, parse_filter({"size": "large"}), None)
+        assert [h.id for h in large] == ["s"]
+
+    run(store_factory(), scenario)
