@@ -7,12 +7,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from export.repository import ENSEMBLE, copy_with_config
+from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.settings import CacheSettings, SearchSettings
 from localtriton.ports import free_port
 from localtriton.server import TritonProcess
@@ -49,6 +51,13 @@ def test_queries_get_the_model_instruction_and_a_cached_query_outlives_triton(
     prefixed = embedding(http, gateway, INSTRUCTION + "where is the station", "document")
     assert np.allclose(as_query, prefixed, atol=1e-6)
     assert not np.allclose(as_query, embedding(http, gateway, "where is the station", "document"), atol=1e-3)
+    with grpc.insecure_channel(gateway.grpc_target) as channel:
+        stub = gateway_pb2_grpc.EmbeddingsStub(channel)
+        over_grpc = stub.Embed(gateway_pb2.EmbedRequest(input=["where is the station"], input_type="query"))
+        assert np.allclose(np.array(over_grpc.data[0].embedding, dtype=np.float32), as_query, atol=1e-6)
+        with pytest.raises(grpc.RpcError) as bad:
+            stub.Embed(gateway_pb2.EmbedRequest(input=["x"], input_type="question"))
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     create(http, gateway, "served")
     assert upsert(http, gateway, "served", PASSAGES).status_code == 200

@@ -124,6 +124,8 @@ def test_documents_are_upserted_found_by_meaning_replaced_and_deleted(
     by_filter = http.post(url(gateway, "/faq/documents/delete"), json={"filter": {"n": {"$gte": 3}}})
     assert by_filter.json()["deleted"] == 1
     assert http.get(url(gateway, "/faq")).json()["documents"] == 2
+    exported = http.get(f"{gateway.base_url}/metrics").text
+    assert 'gateway_search_store_duration_seconds_count{operation="query",store="embedded"}' in exported
 
 
 def test_bad_input_is_refused_naming_the_field(
