@@ -44,6 +44,7 @@ from gateway.search.qdrant_filter import flags, payload_indexes, to_qdrant
 from gateway.search.shard_index import (
     LIVE,
     MIN_UNINDEXED_POINTS,
+    SwapGate,
     build_index,
     copy_for_indexing,
     discard,
@@ -93,6 +94,7 @@ class EmbeddedStore:
         self._shards: dict[str, EdgeShard] = {}
         self._lifecycle = asyncio.Lock()  # create, delete and first open of a collection
         self._writes: dict[str, asyncio.Lock] = {}
+        self._gates: dict[str, SwapGate] = {}
         self._indexing: dict[str, asyncio.Task[None]] = {}
         self._kept: dict[str, list[UpdateOperation]] = {}  # writes made while a copy is being indexed
 
@@ -113,8 +115,8 @@ class EmbeddedStore:
 
     async def get_collection(self, name: str) -> Collection:
         collection = await self.collection(name)
-        shard = await self._shard(name)
-        return collection.counted(await self._run(shard.count, CountRequest(exact=True)))
+        async with self._reading(name) as shard:
+            return collection.counted(await self._run(shard.count, CountRequest(exact=True)))
 
     async def list_collections(self) -> list[Collection]:
         names = sorted(await self._catalog())
@@ -129,7 +131,7 @@ class EmbeddedStore:
             if task is not None:
                 task.cancel()  # kills the child building the index
                 await asyncio.gather(task, return_exceptions=True)
-            async with self._write_lock(name):
+            async with self._write_lock(name), self._gate(name).closing():
                 del collections[name]
                 shard = self._shards.pop(name, None)
                 await self._run(self._delete_files, name, shard)
@@ -140,8 +142,8 @@ class EmbeddedStore:
         self._index_later(name)
 
     async def get_documents(self, name: str, ids: Sequence[str]) -> list[Document]:
-        shard = await self._shard(name)
-        records = await self._run(shard.retrieve, [point_id(i) for i in ids], True, False)
+        async with self._reading(name) as shard:
+            records = await self._run(shard.retrieve, [point_id(i) for i in ids], True, False)
         return [document(record.payload) for record in records if record.payload]
 
     async def delete_documents(self, name: str, ids: Sequence[str]) -> int:
@@ -155,7 +157,6 @@ class EmbeddedStore:
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
-        shard = await self._shard(name)
         request = QueryRequest(
             limit=top_k,
             query=Query.Nearest(vector.tolist()),
@@ -164,7 +165,8 @@ class EmbeddedStore:
             score_threshold=min_score,
             params=SearchParams(hnsw_ef=max(HNSW_EF, top_k)),
         )
-        points = await self._run(shard.query, request)
+        async with self._reading(name) as shard:
+            points = await self._run(shard.query, request)
         return [hit(point.score, point.payload) for point in points if point.payload]
 
     async def ready(self) -> bool:
@@ -308,6 +310,19 @@ class EmbeddedStore:
                 raise CollectionNotFoundError(name)
             yield shard
 
+    @asynccontextmanager
+    async def _reading(self, name: str) -> AsyncIterator[EdgeShard]:
+        """The collection's shard, kept open (no swap or close) while the caller reads it."""
+        await self._shard(name)
+        async with self._gate(name).reading():
+            shard = self._shards.get(name)
+            if shard is None:
+                raise CollectionNotFoundError(name)
+            yield shard
+
+    def _gate(self, name: str) -> SwapGate:
+        return self._gates.setdefault(name, SwapGate())
+
     def _write_lock(self, name: str) -> asyncio.Lock:
         return self._writes.setdefault(name, asyncio.Lock())
 
@@ -340,7 +355,8 @@ class EmbeddedStore:
                 if not built:
                     await self._run(discard, folder)
                     return False
-                self._shards[name] = await self._run(swap_in, folder, shard, writes)
+                async with self._gate(name).closing():
+                    self._shards[name] = await self._run(swap_in, folder, shard, writes)
                 return True
         except SearchStoreUnavailableError as exc:
             log.warning("indexing collection %s failed: %s", name, exc)

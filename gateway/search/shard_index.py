@@ -8,7 +8,8 @@ So the build runs on a copy, in a process of its own (`python -m gateway.search.
    to the live shard is also kept in a list;
 2. the child loads `shard.next/`, optimizes it (HNSW, payload indexes) and closes it; searches and writes go on;
 3. under the write lock again: load `shard.next/`, replay the kept writes on it, flush, swap the folders
-   (`shard/` -> `shard.old/`, `shard.next/` -> `shard/`), close the old shard.
+   (`shard/` -> `shard.old/`, `shard.next/` -> `shard/`), close the old shard. Reads in flight finish first and
+   new ones wait for the swap (`SwapGate`), so none meets a closed shard.
 
 A crash at any step leaves `shard/` whole, or (between the two renames) `shard.next/` whole and complete:
 `recover()` picks the right one when the collection is opened again.
@@ -20,6 +21,8 @@ import asyncio
 import logging
 import shutil
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from qdrant_edge import EdgeShard, UpdateOperation
@@ -28,6 +31,40 @@ log = logging.getLogger(__name__)
 LIVE, NEXT, OLD = "shard", "shard.next", "shard.old"
 # Unindexed points worth a build: below this an exact scan of them costs less than a copy and a swap.
 MIN_UNINDEXED_POINTS = 10_000
+
+
+class SwapGate:
+    """Reads of a shard (searches, gets, counts) and the swap or close that ends it: a swap waits for the reads in
+    flight and holds new ones back until the new shard is in place, so no read meets a closed shard."""
+
+    def __init__(self) -> None:
+        self._readers = 0
+        self._closing = False
+        self._changed = asyncio.Condition()
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[None]:
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self._closing)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._readers -= 1
+                self._changed.notify_all()
+
+    @asynccontextmanager
+    async def closing(self) -> AsyncIterator[None]:
+        async with self._changed:
+            self._closing = True
+            await self._changed.wait_for(lambda: self._readers == 0)
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._closing = False
+                self._changed.notify_all()
 
 
 def needs_index(shard: EdgeShard, min_unindexed: int = MIN_UNINDEXED_POINTS) -> bool:
@@ -68,7 +105,7 @@ def swap_in(folder: Path, live: EdgeShard, writes: list[UpdateOperation]) -> Edg
     for operation in writes:
         indexed.update(operation)
     indexed.close()  # flushes
-    live.close()  # searches that reach it from here until the swap below answer 503 once
+    live.close()  # the caller holds the shard's SwapGate: no read is using it
     (folder / LIVE).rename(folder / OLD)
     (folder / NEXT).rename(folder / LIVE)
     shutil.rmtree(folder / OLD, ignore_errors=True)

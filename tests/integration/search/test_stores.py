@@ -219,7 +219,12 @@ def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_wr
         await embedded.upsert(created.name, writes[:2000], now=1)  # starts a build of these 2,000
         await embedded.upsert(created.name, writes[2000:], now=2)  # written while the child indexes
         await embedded.delete_documents(created.name, ["0"])
-        await embedded.wait_indexed()
+        indexed = asyncio.create_task(embedded.wait_indexed())
+        searches = 0
+        while not indexed.done():  # reads go on through the build and the swap, and none fails
+            await embedded.search(created.name, writes[1].vector, 1, None, None)
+            searches += 1
+        assert searches > 1
         folder = tmp_path / "search" / "collections" / created.name
         assert sorted(p.name for p in folder.iterdir()) == ["collection.json", "shard"]
         assert embedded._shards[created.name].info().indexed_vectors_count >= 1999  # the swapped-in HNSW
