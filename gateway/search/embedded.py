@@ -66,7 +66,7 @@ PointId = int | uuid.UUID | str
 RECORD = "collection.json"
 ID_NAMESPACE = uuid.UUID("6f1c1a52-4d0e-4a8e-9a53-2d3f7f1e0c11")  # fixed: ids must map the same way forever
 HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
-HNSW_EF = 128  # search breadth; the benchmark (docs/benchmarks.md) chose it for recall@10 of exact search
+HNSW_EF = 200  # search breadth: docs/benchmarks.md has the recall it buys
 
 
 def point_id(document_id: str) -> str:
