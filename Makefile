@@ -8,6 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 MODEL ?=
 MAX_LENGTH ?= 512
+QUERY_INSTRUCTION ?=
 REPOSITORY := model_repository
 EXPORTED := $(REPOSITORY)/bge_onnx/1/model_int8.onnx
 export HF_HUB_OFFLINE ?= 1
@@ -52,10 +53,12 @@ openapi: $(STAMP) $(PROTO_OUT) ## rewrite gateway/openapi.json, the snapshot the
 	$(PY) -m gateway.openapi
 
 export: $(STAMP) ## export MODEL (hub id or directory; default all-MiniLM-L6-v2) into model_repository/
-	$(PY) -m export --model "$(MODEL)" --repository $(REPOSITORY) --max-length $(MAX_LENGTH)
+	$(PY) -m export --model "$(MODEL)" --repository $(REPOSITORY) --max-length $(MAX_LENGTH) \
+		--query-instruction "$(QUERY_INSTRUCTION)"
 
 $(EXPORTED): | $(STAMP)
-	$(PY) -m export --model "$(MODEL)" --repository $(REPOSITORY) --max-length $(MAX_LENGTH)
+	$(PY) -m export --model "$(MODEL)" --repository $(REPOSITORY) --max-length $(MAX_LENGTH) \
+		--query-instruction "$(QUERY_INSTRUCTION)"
 
 triton: $(EXPORTED) ## run Triton in the foreground (ports: TRITON_HTTP_PORT/GRPC_PORT/METRICS_PORT)
 	$(PY) -m localtriton serve --repository $(REPOSITORY)

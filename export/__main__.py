@@ -23,6 +23,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--max-length", type=int, default=DEFAULT_MAX_LENGTH, help="tokens per text; longer is truncated"
     )
+    parser.add_argument(
+        "--query-instruction",
+        default=os.environ.get("QUERY_INSTRUCTION", ""),
+        help="text put before search queries (e.g. BGE's); empty: the checkpoint's sentence-transformers query "
+        "prompt, if it has one",
+    )
     parser.add_argument("--work-dir", type=Path, default=Path(".run"), help="where variants are staged")
     return parser.parse_args(argv)
 
@@ -32,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("export").setLevel(logging.INFO)
     try:
-        report = main_export(args.model or None, args.repository, max_length=args.max_length, work_dir=args.work_dir)
+        report = main_export(
+            args.model or None,
+            args.repository,
+            max_length=args.max_length,
+            work_dir=args.work_dir,
+            query_instruction=args.query_instruction or None,
+        )
     except ExportError as exc:
         print(f"export failed, the served model is unchanged: {exc}", file=sys.stderr)
         return 1

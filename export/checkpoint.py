@@ -32,6 +32,7 @@ class Checkpoint:
     max_position_embeddings: int
     vocab_size: int
     pooling: Pooling
+    query_instruction: str = ""  # sentence-transformers' `prompts["query"]`, when the checkpoint has one
 
 
 def resolve_checkpoint(model: str | None) -> Checkpoint:
@@ -83,6 +84,7 @@ def read_checkpoint(path: Path, *, name: str, revision: str | None = None) -> Ch
             max_position_embeddings=int(config["max_position_embeddings"]),
             vocab_size=int(config["vocab_size"]),
             pooling=read_pooling(path, hidden_size),
+            query_instruction=read_query_prompt(path),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path / 'config.json'} lacks a valid {exc} entry") from exc
@@ -110,6 +112,16 @@ def read_pooling(path: Path, hidden_size: int) -> Pooling:
     if unsupported or len(chosen) != 1:
         raise UnsupportedModelError(f"pooling config {pooling} is not one of: {', '.join(p.value for p in Pooling)}")
     return chosen[0]
+
+
+def read_query_prompt(path: Path) -> str:
+    """The prompt sentence-transformers puts before queries (`config_sentence_transformers.json`'s
+    `prompts["query"]`); empty when the checkpoint names none."""
+    config_file = path / "config_sentence_transformers.json"
+    if not config_file.is_file():
+        return ""
+    prompts = _read_json(config_file).get("prompts") or {}
+    return str(prompts.get("query", "")) if isinstance(prompts, dict) else ""
 
 
 _POOLING_KEYS = {Pooling.CLS: "pooling_mode_cls_token", Pooling.MEAN: "pooling_mode_mean_tokens"}

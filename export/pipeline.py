@@ -38,15 +38,19 @@ def main_export(
     max_length: int = DEFAULT_MAX_LENGTH,
     work_dir: Path | None = None,
     tolerances: dict[Precision, Tolerance] | None = None,
+    query_instruction: str | None = None,
 ) -> dict[str, Any]:
     """Export `model` into `repository`; return the report written next to the model files.
 
-    `tolerances` overrides the architecture's parity thresholds per precision.
+    `tolerances` overrides the architecture's parity thresholds per precision. `query_instruction` is what
+    search queries get in front (BGE's "Represent this sentence for searching relevant passages: "); None:
+    the checkpoint's own sentence-transformers query prompt, if it has one.
     """
     started = time.monotonic()
     checkpoint = resolve_checkpoint(model)
     onnx_config = onnx_config_for(checkpoint.model_type)
     max_length = effective_max_length(checkpoint, onnx_config, max_length)
+    instruction = checkpoint.query_instruction if query_instruction is None else query_instruction
     log.info(
         "exporting %s@%s (%s, %s pooling, max %d tokens)",
         checkpoint.name,
@@ -74,6 +78,7 @@ def main_export(
             "pooling": checkpoint.pooling.value,
             "dimension": checkpoint.hidden_size,
             "max_sequence_length": max_length,
+            "query_instruction": instruction,
             "opset": onnx_config.opset,
             "files": {precision.value: path.name for precision, path in files.items()},
             "parity": {r.precision: r.as_dict() for r in results},
@@ -84,7 +89,9 @@ def main_export(
         report_file = staging / "parity.json"
         report_file.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         check_parity(results)
-        served = ServedModel(checkpoint.name, checkpoint.revision, checkpoint.hidden_size, max_length)
+        served = ServedModel(
+            checkpoint.name, checkpoint.revision, checkpoint.hidden_size, max_length, query_instruction=instruction
+        )
         install(repository, served, [*files.values(), report_file], tokenizer_file)
     log.info("installed %s into %s in %.0f s", checkpoint.name, repository, time.monotonic() - started)
     return report

@@ -42,6 +42,7 @@ class ServedModel:
     dimension: int
     max_sequence_length: int
     cpu_precision: str = "int8"
+    query_instruction: str = ""  # put before search queries (the gateway reads it from the ensemble's config)
 
 
 def _params(config: mc.ModelConfig, values: dict[str, str]) -> None:
@@ -165,6 +166,8 @@ def ensemble_config(model: ServedModel) -> mc.ModelConfig:
     encode.input_map.update({"INPUT_IDS": "input_ids", "ATTENTION_MASK": "attention_mask"})
     encode.output_map["EMBEDDING"] = "EMBEDDING"
     _params(config, _model_params(model))
+    if model.query_instruction:  # a model without one keeps the configs it had
+        _params(config, {"query_instruction": model.query_instruction})
     return config
 
 

@@ -34,11 +34,13 @@ from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
 from gateway.redis_client import RedisConnection
-from gateway.routes import admin, callbacks, chat, docs, embeddings, health, models, usage, video
+from gateway.routes import admin, callbacks, chat, docs, embeddings, health, models, search, usage, video
+from gateway.search.stores import build_vector_store
 from gateway.services.chat import ChatService
 from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
 from gateway.services.models import ModelsService
+from gateway.services.search import SearchService
 from gateway.services.video import VideoService
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_runner import VideoTaskRunner
@@ -211,6 +213,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             app.state.embeddings = service
             app.state.chat = await stack.enter_async_context(chat_service(settings, service, redis))
             app.state.video = await stack.enter_async_context(video_service(settings, redis))
+            vector_store = build_vector_store(settings.search)
+            stack.push_async_callback(vector_store.aclose)
+            app.state.search = SearchService(vector_store, service, settings.limits)
             app.state.models = ModelsService(
                 triton,
                 app.state.chat,
@@ -225,6 +230,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 chat=MeteredChat(app.state.chat, keys.gatekeeper, keys.usage),
                 video=MeteredVideo(app.state.video, keys.gatekeeper, keys.usage, settings.video.model_path),
                 models=app.state.models,
+                search=app.state.search,
                 in_flight=in_flight,
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,
@@ -255,6 +261,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     chat.attach_router(app)
     models.attach_router(app)
     video.attach_router(app)
+    search.attach_router(app)
     callbacks.attach_router(app)
     admin.attach_router(app)
     usage.attach_router(app)

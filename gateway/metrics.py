@@ -57,6 +57,16 @@ EMBEDDING_COALESCED_REQUESTS = Histogram(
 )
 EMBEDDING_TEXTS_TRUNCATED = Counter("gateway_embedding_texts_truncated_total", "Texts cut at the model's max tokens.")
 
+SEARCH_STORE_LATENCY = Histogram(
+    "gateway_search_store_duration_seconds",
+    "Latency of one vector store call by store (embedded | milvus) and operation (search, upsert, ...).",
+    ["store", "operation"],
+    buckets=LATENCY_BUCKETS,
+)
+SEARCH_STORE_ERRORS = Counter(
+    "gateway_search_store_errors_total", "Failed vector store calls (answered 503).", ["store", "operation"]
+)
+
 LLM_CALLS = Counter(
     "gateway_llm_upstream_calls_total",
     "Chat calls that reached the upstream, by model and serving host.",

@@ -424,6 +424,32 @@ class TaskStoreSettings(BaseSettings):
     )
 
 
+class SearchSettings(BaseSettings):
+    """Semantic search: where collections live. Embedded on local disk by default, Milvus at scale."""
+
+    model_config = SettingsConfigDict(env_prefix="SEARCH_", frozen=True)
+
+    path: str = Field(
+        ".run/search/",
+        description="Folder of the embedded vector store (Qdrant Edge, in this process) when SEARCH_MILVUS_URI is "
+        "unset; keep it on a persistent volume. One process owns it: run one replica, or use Milvus.",
+    )
+    milvus_uri: str | None = Field(
+        None,
+        description="Milvus server (e.g. http://milvus:19530): collections live there and every replica shares "
+        "them. Unset: the embedded store under SEARCH_PATH.",
+    )
+    milvus_token: SecretStr | None = Field(None, description="Milvus token (user:password or an API key).")
+    timeout_seconds: float = Field(
+        10.0, description="Deadline of one Milvus call; past it search answers 503 instead of piling up requests."
+    )
+    max_threads: int = Field(
+        4,
+        description="Threads that run the store's (synchronous) calls, so they never block the event loop. More "
+        "lets more searches run at once; on few cores they only queue for the CPU there instead of here.",
+    )
+
+
 class ObservabilitySettings(BaseSettings):
     """Tracing (OpenTelemetry); metrics are always on at /metrics."""
 
@@ -453,6 +479,7 @@ class Settings(BaseSettings):
     semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)
     video: VideoSettings = Field(default_factory=VideoSettings)
     tasks: TaskStoreSettings = Field(default_factory=TaskStoreSettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
 

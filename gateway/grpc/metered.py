@@ -15,7 +15,7 @@ from gateway.keys.model import ApiKey
 from gateway.keys.resolver import ANONYMOUS
 from gateway.protocol.video import ImageGenerationRequest
 from gateway.services.chat import CacheResult, estimate_tokens
-from gateway.services.embeddings import EmbeddingResult
+from gateway.services.embeddings import EmbeddingResult, InputType
 from gateway.tasks.model import Task
 from gateway.usage.metering import metered_stream
 from gateway.usage.record import Usage, video_usage
@@ -32,9 +32,17 @@ class MeteredEmbeddings:
         self._usage = usage
 
     async def embed(
-        self, texts: list[str], *, model: str | None = None, truncate: bool = True, use_cache: bool = True
+        self,
+        texts: list[str],
+        *,
+        model: str | None = None,
+        truncate: bool = True,
+        use_cache: bool = True,
+        input_type: InputType = "document",
     ) -> EmbeddingResult:
-        result = await self._backend.embed(texts, model=model, truncate=truncate, use_cache=use_cache)
+        result = await self._backend.embed(
+            texts, model=model, truncate=truncate, use_cache=use_cache, input_type=input_type
+        )
         usage = Usage(embedding_texts=len(texts), embedding_tokens=result.prompt_tokens)
         self._usage.record(current_key(), result.model, usage)
         return result

@@ -11,6 +11,7 @@ from grpc_reflection.v1alpha import reflection
 
 from gateway.grpc.interceptors import GatewayInterceptor
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.grpc.search_servicer import SearchServicer
 from gateway.grpc.servicer import (
     ChatBackend,
     ChatServicer,
@@ -23,12 +24,14 @@ from gateway.grpc.servicer import (
 )
 from gateway.keys.gatekeeper import Gatekeeper
 from gateway.limits import InFlightLimit
+from gateway.services.search import SearchService
 from gateway.settings import ServerSettings
 
 EMBEDDINGS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Embeddings"].full_name
 CHAT_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Chat"].full_name
 IMAGES_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Images"].full_name
 MODELS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Models"].full_name
+SEARCH_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Search"].full_name
 
 # The generated registration functions are untyped; these names give them the signatures mypy checks.
 _add_embeddings: Callable[[EmbeddingsServicer, grpc.aio.Server], None] = (
@@ -37,6 +40,7 @@ _add_embeddings: Callable[[EmbeddingsServicer, grpc.aio.Server], None] = (
 _add_chat: Callable[[ChatServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ChatServicer_to_server
 _add_images: Callable[[ImagesServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ImagesServicer_to_server
 _add_models: Callable[[ModelsServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ModelsServicer_to_server
+_add_search: Callable[[SearchServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_SearchServicer_to_server
 
 
 @dataclass
@@ -76,6 +80,7 @@ def create_grpc_server(
     chat: ChatBackend | None = None,
     video: VideoBackend | None = None,
     models: ModelsBackend | None = None,
+    search: SearchService | None = None,
     in_flight: InFlightLimit | None = None,
     watchers: InFlightLimit | None = None,
     timeout_seconds: float | None = None,
@@ -84,7 +89,8 @@ def create_grpc_server(
 ) -> GrpcServer:
     """Call inside the running event loop that will serve it; then `await GrpcServer.start()`.
 
-    Chat, Images and Models are served only when their backend is given; health and reflection list what is served.
+    Chat, Images, Models and Search are served only when their backend is given; health and reflection list
+    what is served.
     `max_message_bytes` (REST's body limit) bounds a request message; gRPC's own default is 4 MiB.
     `max_connection_age` (seconds, grace seconds) sends clients a GOAWAY after that long, so that they reconnect.
     """
@@ -109,6 +115,9 @@ def create_grpc_server(
     if models is not None:
         _add_models(ModelsServicer(models), server)
         services.append(MODELS_SERVICE)
+    if search is not None:
+        _add_search(SearchServicer(search), server)
+        services.append(SEARCH_SERVICE)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

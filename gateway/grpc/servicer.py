@@ -16,7 +16,7 @@ from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest
 from gateway.services.chat import CacheResult
-from gateway.services.embeddings import EmbeddingResult
+from gateway.services.embeddings import EmbeddingResult, InputType
 from gateway.services.models import ListedModel
 from gateway.services.video import public_task
 from gateway.tasks.model import Task
@@ -26,7 +26,13 @@ class EmbeddingBackend(Protocol):
     """What the gRPC front end needs from the embedding service (`gateway.services.embeddings`)."""
 
     async def embed(
-        self, texts: list[str], *, model: str | None = None, truncate: bool = True, use_cache: bool = True
+        self,
+        texts: list[str],
+        *,
+        model: str | None = None,
+        truncate: bool = True,
+        use_cache: bool = True,
+        input_type: InputType = "document",
     ) -> EmbeddingResult: ...
 
     async def ready(self) -> bool: ...
@@ -44,9 +50,18 @@ class EmbeddingsServicer:
             model=request.model or None,
             truncate=request.truncate if request.HasField("truncate") else True,
             use_cache=not request.no_cache,
+            input_type=input_type(request.input_type),
         )
         context.set_trailing_metadata((("x-cache", result.cache),))
         return embed_response(result)
+
+
+def input_type(value: str) -> InputType:
+    if value in ("", "document"):
+        return "document"
+    if value == "query":
+        return "query"
+    raise InvalidRequestError(f"input_type is 'query' or 'document', got {value[:80]!r}", param="input_type")
 
 
 def embed_response(result: EmbeddingResult) -> pb.EmbedResponse:

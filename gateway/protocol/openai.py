@@ -20,6 +20,12 @@ class EmbeddingRequest(RequestModel):
     truncate: StrictBool = Field(
         True, description="Cut texts at the model's maximum tokens; false: such texts are refused with 400."
     )
+    input_type: Literal["query", "document"] = Field(
+        "document",
+        description="'query': the model's query instruction (e.g. BGE's 'Represent this sentence for searching "
+        "relevant passages: ') goes in front of each text, as retrieval models expect of search queries; "
+        "'document': the texts as they are.",
+    )
     user: str | None = Field(None, description="End-user id (accepted for compatibility, not used).")
 
 

@@ -28,7 +28,9 @@ def embeddings(request: Request) -> EmbeddingService:
 async def create_embeddings(body: EmbeddingRequest, request: Request) -> Response:
     texts = [body.input] if isinstance(body.input, str) else body.input
     use_cache = cache_allowed(request)
-    result = await embeddings(request).embed(texts, model=body.model, truncate=body.truncate, use_cache=use_cache)
+    result = await embeddings(request).embed(
+        texts, model=body.model, truncate=body.truncate, use_cache=use_cache, input_type=body.input_type
+    )
     usage = Usage(embedding_texts=len(texts), embedding_tokens=result.prompt_tokens)
     headers = {
         "X-Cache": result.cache,

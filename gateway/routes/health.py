@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.routes.embeddings import embeddings
+from gateway.routes.search import search_service
 from gateway.routes.video import video
 
 router = APIRouter()
@@ -34,6 +35,7 @@ async def readyz(request: Request) -> JSONResponse:
     redis = request.app.state.redis  # its last known state: readiness never waits on Redis
     if redis is not None:
         checks["redis"] = "ok" if redis.known_up() else "degraded"
+    checks["search"] = "ok" if await search_service(request).ready() else "degraded"
     return JSONResponse({"ready": True, "checks": checks})
 
 

@@ -19,6 +19,7 @@ from gateway.settings import LimitSettings
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
 CacheOutcome = Literal["hit", "miss"]  # hit: every text came from the cache
+InputType = Literal["query", "document"]  # a query gets the model's query instruction in front
 ENSEMBLE_ALIAS = "bge"
 
 
@@ -30,6 +31,7 @@ class EmbeddingResult:
     truncated_texts: int  # texts cut at the model's maximum length
     cache: CacheOutcome
     cached_texts: int  # texts answered from the cache (some, on a miss, when the rest went to Triton)
+    truncated: tuple[bool, ...] = ()  # per text, in input order
 
 
 class Embedder(Protocol):
@@ -62,16 +64,32 @@ class EmbeddingService:
         """Vectors only: what the semantic prompt cache compares."""
         return (await self.embed(texts)).vectors
 
+    async def model_info(self) -> ModelInfo:
+        """The served model (the last one seen while Triton is unreachable)."""
+        return await self._embedder.model_info()
+
     async def cache_ready(self) -> bool | None:
         """None when no cache is configured."""
         return None if self._cache is None else await self._cache.ping()
 
     async def embed(
-        self, texts: Sequence[str], *, model: str | None = None, truncate: bool = True, use_cache: bool = True
+        self,
+        texts: Sequence[str],
+        *,
+        model: str | None = None,
+        truncate: bool = True,
+        use_cache: bool = True,
+        input_type: InputType = "document",
+        instruction: str | None = None,
     ) -> EmbeddingResult:
+        """`input_type` "query" puts `instruction` (default: the served model's query instruction) in front of
+        each text, as retrieval models such as BGE expect of short queries."""
         self._validate(texts)
         info = await self._embedder.model_info()
         check_model(model, info)
+        if input_type == "query":
+            prefix = info.query_instruction if instruction is None else instruction
+            texts = [prefix + text for text in texts] if prefix else texts
         cached: list[CachedEmbedding | None] = [None] * len(texts)
         if use_cache and self._cache is not None:
             cached = await self._cache.get_many(info.name, info.variant, list(texts))
@@ -90,6 +108,7 @@ class EmbeddingService:
             truncated_texts=truncated,
             cache="hit" if hits == len(texts) else "miss",
             cached_texts=hits,
+            truncated=tuple(e.truncated for e in entries),
         )
 
     def _validate(self, texts: Sequence[str]) -> None:

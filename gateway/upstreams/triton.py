@@ -70,6 +70,7 @@ class ModelInfo:
     max_batch_size: int
     max_sequence_length: int
     dimension: int
+    query_instruction: str = ""  # what the model wants before a search query (the export records it)
 
     @property
     def variant(self) -> str:
@@ -227,6 +228,7 @@ def parse_model_info(response: Any) -> ModelInfo:
         max_batch_size=int(config.max_batch_size) or 1,
         max_sequence_length=int(params.get("max_sequence_length", "512")),
         dimension=int(embedding.dims[-1]),
+        query_instruction=params.get("query_instruction", ""),
     )
 
 

@@ -79,7 +79,13 @@ class FakeBackend:
     calls: list[EmbedCall] = field(default_factory=list)
 
     async def embed(
-        self, texts: list[str], *, model: str | None = None, truncate: bool = True, use_cache: bool = True
+        self,
+        texts: list[str],
+        *,
+        model: str | None = None,
+        truncate: bool = True,
+        use_cache: bool = True,
+        input_type: str = "document",
     ) -> EmbeddingResult:
         self.calls.append(EmbedCall(texts, model, truncate, use_cache))
         if "!slow" in texts:

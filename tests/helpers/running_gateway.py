@@ -10,6 +10,7 @@ from gateway.app import create_app
 from gateway.settings import (
     AuthSettings,
     CacheSettings,
+    SearchSettings,
     ServerSettings,
     Settings,
     TaskStoreSettings,
@@ -43,7 +44,7 @@ class RunningGateway(ThreadedServer):
 
 def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
     """Settings for a test gateway: free ports, the given Triton, no cache unless asked for, task, key and
-    usage databases of its own."""
+    usage databases and a search folder of its own."""
     data = Path(tempfile.mkdtemp(prefix="gateway-tasks-"))
     defaults: dict[str, Any] = {
         "server": ServerSettings(host="127.0.0.1", http_port=free_port(), grpc_port=free_port()),
@@ -52,5 +53,6 @@ def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
         "tasks": TaskStoreSettings(sqlite_path=str(data / "tasks.sqlite3")),
         "auth": AuthSettings(keys_sqlite_path=str(data / "keys.sqlite3")),
         "usage": UsageSettings(usage_sqlite_path=str(data / "usage.sqlite3")),
+        "search": SearchSettings(path=str(data / "search")),
     }
     return Settings(**{**defaults, **concerns})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from export.checkpoint import Checkpoint, read_pooling, resolve_checkpoint
+from export.checkpoint import Checkpoint, read_pooling, read_query_prompt, resolve_checkpoint
 from export.config import ONNX_CONFIGS, Pooling, onnx_config_for
 from export.errors import CheckpointError, UnsupportedModelError
 from export.pipeline import effective_max_length
@@ -96,3 +96,13 @@ def test_max_length_is_capped_by_position_embeddings(minilm: Checkpoint) -> None
     assert effective_max_length(minilm, onnx_config_for("xlm-roberta"), 4096) == 510
     with pytest.raises(ValueError, match=">= 2 tokens"):
         effective_max_length(minilm, onnx_config_for("bert"), 1)
+
+
+def test_query_prompt_comes_from_the_sentence_transformers_config(tmp_path: Path, minilm: Checkpoint) -> None:
+    assert minilm.query_instruction == ""  # all-MiniLM-L6-v2 names no prompts
+    (tmp_path / "config_sentence_transformers.json").write_text(
+        '{"prompts": {"query": "Represent this sentence for searching relevant passages: ", "document": ""}}'
+    )
+    assert read_query_prompt(tmp_path) == "Represent this sentence for searching relevant passages: "
+    (tmp_path / "config_sentence_transformers.json").write_text('{"prompts": {}}')
+    assert read_query_prompt(tmp_path) == ""

@@ -84,3 +84,11 @@ def test_tokenizer_warmup_file_is_serialised_bytes() -> None:
     data = (TRACKED_REPOSITORY / "bge_tokenizer" / "warmup" / warmup.inputs["TEXT"].input_data_file).read_bytes()
     assert int.from_bytes(data[:4], "little") == len(data) - 4
     assert data[4:].decode("utf-8").strip()
+
+
+def test_the_query_instruction_is_a_parameter_of_the_ensemble_only_when_there_is_one(minilm: Checkpoint) -> None:
+    plain = parse(rendered_configs(default_model(minilm))["bge/config.pbtxt"])
+    assert "query_instruction" not in plain.parameters
+    instructed = ServedModel(minilm.name, minilm.revision, 384, DEFAULT_MAX_LENGTH, query_instruction="query: ")
+    config = parse(rendered_configs(instructed)["bge/config.pbtxt"])
+    assert config.parameters["query_instruction"].string_value == "query: "

@@ -1,0 +1,148 @@
+"""`gateway.v1.Search`: the REST API's /v1/collections over gRPC, calling the same `SearchService` methods.
+
+Metadata and filters arrive as JSON text and are validated with the REST wire models, so both front ends
+refuse the same input with the same message. Errors are mapped by the interceptor.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import grpc
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from gateway.errors import InvalidRequestError
+from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
+from gateway.grpc.servicer import first_error
+from gateway.protocol.search import DocumentIn
+from gateway.search.documents import Collection, Document
+from gateway.services.search import NewDocument, SearchService
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class SearchServicer:
+    def __init__(self, service: SearchService) -> None:
+        self._service = service
+
+    async def CreateCollection(
+        self, request: pb.CreateCollectionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SearchCollection:
+        instruction = request.query_instruction if request.HasField("query_instruction") else None
+        metadata = json_object(request.metadata_json, "metadata_json")
+        return collection_message(await self._service.create_collection(request.name, instruction, metadata))
+
+    async def ListCollections(
+        self, request: pb.ListCollectionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SearchCollectionList:
+        collections = await self._service.list_collections()
+        return pb.SearchCollectionList(data=[collection_message(c) for c in collections])
+
+    async def GetCollection(
+        self, request: pb.CollectionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SearchCollection:
+        return collection_message(await self._service.get_collection(request.name))
+
+    async def DeleteCollection(
+        self, request: pb.CollectionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CollectionDeleted:
+        await self._service.delete_collection(request.name)
+        return pb.CollectionDeleted(name=request.name, deleted=True)
+
+    async def UpsertDocuments(
+        self, request: pb.UpsertDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpsertDocumentsResponse:
+        documents = [new_document(index, d) for index, d in enumerate(request.documents)]
+        result = await self._service.upsert(request.collection, documents, use_cache=not request.no_cache)
+        truncated = set(result.truncated)
+        return pb.UpsertDocumentsResponse(
+            data=[pb.UpsertedDocument(id=i, status="upserted", truncated=i in truncated) for i in result.ids],
+            usage=pb.Usage(
+                prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens, truncated_texts=len(truncated)
+            ),
+        )
+
+    async def GetDocument(self, request: pb.DocumentRequest, context: grpc.aio.ServicerContext) -> pb.SearchDocument:
+        return document_message(await self._service.get_document(request.collection, request.id))
+
+    async def DeleteDocument(
+        self, request: pb.DocumentRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DocumentDeleted:
+        await self._service.delete_document(request.collection, request.id)
+        return pb.DocumentDeleted(id=request.id, deleted=True)
+
+    async def DeleteDocuments(
+        self, request: pb.DeleteDocumentsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DocumentsDeleted:
+        where = json_object(request.filter_json, "filter_json")
+        ids = list(request.ids) if request.ids or where is None else None
+        return pb.DocumentsDeleted(deleted=await self._service.delete_documents(request.collection, ids, where))
+
+    async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchResponse:
+        result = await self._service.search(
+            request.collection,
+            request.query,
+            top_k=request.top_k or 10,
+            where=json_object(request.filter_json, "filter_json"),
+            min_score=request.min_score if request.HasField("min_score") else None,
+            use_cache=not request.no_cache,
+        )
+        context.set_trailing_metadata((("x-cache", "hit" if result.cached else "miss"),))
+        hits = [
+            pb.SearchHit(id=h.id, score=h.score, text=h.text, metadata_json=orjson.dumps(h.metadata).decode())
+            for h in result.hits
+        ]
+        usage = pb.Usage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens)
+        return pb.SearchResponse(query=request.query, data=hits, usage=usage)
+
+
+def json_object(text: str, field: str) -> dict[str, Any] | None:
+    """The JSON object in `text`; None when it is empty."""
+    if not text:
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"{field} is not valid JSON: {exc}", param=field) from None
+    if not isinstance(value, dict):
+        raise InvalidRequestError(f"{field} must be a JSON object", param=field)
+    return value
+
+
+def new_document(index: int, message: pb.DocumentInput) -> NewDocument:
+    raw = {"id": message.id, "text": message.text, "metadata": json_object(message.metadata_json, "metadata_json")}
+    parsed = validated(DocumentIn, {k: v for k, v in raw.items() if v is not None}, f"documents[{index}]")
+    return NewDocument(parsed.id, parsed.text, dict(parsed.metadata))
+
+
+def validated(model: type[M], raw: dict[str, Any], where: str) -> M:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        location, message = first_error(exc)
+        raise InvalidRequestError(f"{where}.{location}: {message}", param="documents") from None
+
+
+def collection_message(collection: Collection) -> pb.SearchCollection:
+    return pb.SearchCollection(
+        name=collection.name,
+        model=collection.model,
+        model_revision=collection.model_revision,
+        dimensions=collection.dimensions,
+        metric="cosine",
+        documents=collection.documents,
+        created_at=collection.created_at,
+        query_instruction=collection.query_instruction,
+        metadata_json=orjson.dumps(collection.metadata).decode(),
+    )
+
+
+def document_message(document: Document) -> pb.SearchDocument:
+    return pb.SearchDocument(
+        id=document.id,
+        text=document.text,
+        metadata_json=orjson.dumps(document.metadata).decode(),
+        created_at=document.created_at,
+        updated_at=document.updated_at,
+    )

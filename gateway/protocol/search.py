@@ -1,0 +1,132 @@
+"""Wire models of semantic search: collections, documents, search (the shapes Chroma, Qdrant and Pinecone users
+expect, in the OpenAI style of the rest of the API). No logic."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+
+MetadataValue = str | StrictInt | StrictFloat | bool | list[str]
+
+
+class CollectionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="^[A-Za-z][A-Za-z0-9_-]{0,62}$, unique.")
+    query_instruction: str | None = Field(
+        None, description="Put in front of every search query; default: the served model's query instruction."
+    )
+    metadata: dict[str, Any] | None = Field(None, description="Any JSON object (at most 16 KB), kept as it is.")
+
+
+class CollectionObject(BaseModel):
+    object: Literal["collection"] = "collection"
+    name: str
+    model: str = Field(description="The checkpoint whose vectors the collection holds.")
+    model_revision: str
+    dimensions: int
+    metric: Literal["cosine"] = "cosine"
+    documents: int = Field(description="Documents in the collection now.")
+    created_at: int = Field(description="Unix seconds.")
+    query_instruction: str | None
+    metadata: dict[str, Any]
+
+
+class CollectionList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[CollectionObject]
+
+
+class CollectionDeleted(BaseModel):
+    name: str
+    object: Literal["collection.deleted"] = "collection.deleted"
+    deleted: Literal[True] = True
+
+
+class DocumentIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="The client's id, 1 to 256 characters; the same id replaces the document.")
+    text: str = Field(description="Embedded as a document (no query instruction).")
+    metadata: dict[str, MetadataValue] = Field(
+        default_factory=dict,
+        description="Field names: letters, digits and _; values: strings, numbers, booleans or lists of strings.",
+    )
+
+
+class UpsertRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    documents: list[DocumentIn] = Field(description="1 to 1,000 documents.")
+
+
+class UpsertedDocument(BaseModel):
+    id: str
+    status: Literal["upserted"] = "upserted"
+    truncated: bool = Field(False, description="The text was cut at the model's maximum tokens for its vector.")
+
+
+class SearchUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class UpsertResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[UpsertedDocument]
+    usage: SearchUsage
+
+
+class DocumentObject(BaseModel):
+    object: Literal["document"] = "document"
+    id: str
+    text: str
+    metadata: dict[str, Any]
+    created_at: int = Field(description="Unix seconds; kept when the document is replaced.")
+    updated_at: int = Field(description="Unix seconds of the last upsert.")
+
+
+class DocumentDeleted(BaseModel):
+    id: str
+    object: Literal["document.deleted"] = "document.deleted"
+    deleted: Literal[True] = True
+
+
+class DeleteDocumentsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[str] | None = Field(None, description="Documents to delete (at most 1,000); unknown ids are skipped.")
+    filter: dict[str, Any] | None = Field(None, description="Delete every document that matches (see search).")
+
+
+class DocumentsDeleted(BaseModel):
+    object: Literal["documents.deleted"] = "documents.deleted"
+    deleted: int = Field(description="How many documents were deleted.")
+
+
+class SearchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(description="Embedded with the collection's query instruction.")
+    top_k: StrictInt = Field(10, description="Results, 1 to 100.")
+    filter: dict[str, Any] | None = Field(
+        None,
+        description="Metadata filter, Mongo style: {'lang': 'zh'}, {'price': {'$lt': 100}}; operators $eq $ne $gt "
+        "$gte $lt $lte $in $nin $and $or.",
+    )
+    min_score: float | None = Field(None, description="Leave out results below this cosine similarity.")
+
+
+class SearchHit(BaseModel):
+    id: str
+    score: float = Field(description="Cosine similarity of the query and the document.")
+    text: str
+    metadata: dict[str, Any]
+
+
+class SearchResponse(BaseModel):
+    object: Literal["search.result"] = "search.result"
+    query: str
+    data: list[SearchHit]
+    usage: SearchUsage

@@ -1,0 +1,137 @@
+"""Semantic search: /v1/collections (create, list, get, delete), its documents (upsert, get, delete, bulk
+delete) and POST /v1/collections/{name}/search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Path, Request
+
+from gateway.protocol.openai import ErrorResponse
+from gateway.protocol.search import (
+    CollectionDeleted,
+    CollectionList,
+    CollectionObject,
+    CollectionRequest,
+    DeleteDocumentsRequest,
+    DocumentDeleted,
+    DocumentObject,
+    DocumentsDeleted,
+    SearchHit,
+    SearchRequest,
+    SearchResponse,
+    SearchUsage,
+    UpsertedDocument,
+    UpsertRequest,
+    UpsertResponse,
+)
+from gateway.routes.cache_control import cache_allowed
+from gateway.search.documents import Collection, Document
+from gateway.services.search import NewDocument, SearchService
+
+router = APIRouter(tags=["search"])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 413, 429, 503, 504)
+}
+NAME = Path(description="The collection's name.", max_length=200)
+DOCUMENT_ID = Path(description="The document's id.", max_length=1000)
+
+
+def search_service(request: Request) -> SearchService:
+    service: SearchService = request.app.state.search
+    return service
+
+
+@router.post("/v1/collections", status_code=201, response_model=CollectionObject, responses=ERRORS)
+async def create_collection(body: CollectionRequest, request: Request) -> CollectionObject:
+    collection = await search_service(request).create_collection(body.name, body.query_instruction, body.metadata)
+    return collection_object(collection)
+
+
+@router.get("/v1/collections", response_model=CollectionList, responses=ERRORS)
+async def list_collections(request: Request) -> CollectionList:
+    return CollectionList(data=[collection_object(c) for c in await search_service(request).list_collections()])
+
+
+@router.get("/v1/collections/{name}", response_model=CollectionObject, responses=ERRORS)
+async def get_collection(request: Request, name: str = NAME) -> CollectionObject:
+    return collection_object(await search_service(request).get_collection(name))
+
+
+@router.delete("/v1/collections/{name}", response_model=CollectionDeleted, responses=ERRORS)
+async def delete_collection(request: Request, name: str = NAME) -> CollectionDeleted:
+    await search_service(request).delete_collection(name)
+    return CollectionDeleted(name=name)
+
+
+@router.post("/v1/collections/{name}/documents", response_model=UpsertResponse, responses=ERRORS)
+async def upsert_documents(body: UpsertRequest, request: Request, name: str = NAME) -> UpsertResponse:
+    documents = [NewDocument(d.id, d.text, dict(d.metadata)) for d in body.documents]
+    result = await search_service(request).upsert(name, documents, use_cache=cache_allowed(request))
+    truncated = set(result.truncated)
+    return UpsertResponse(
+        data=[UpsertedDocument(id=i, truncated=i in truncated) for i in result.ids],
+        usage=SearchUsage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens),
+    )
+
+
+@router.post("/v1/collections/{name}/documents/delete", response_model=DocumentsDeleted, responses=ERRORS)
+async def delete_documents(body: DeleteDocumentsRequest, request: Request, name: str = NAME) -> DocumentsDeleted:
+    deleted = await search_service(request).delete_documents(name, body.ids, body.filter)
+    return DocumentsDeleted(deleted=deleted)
+
+
+@router.get("/v1/collections/{name}/documents/{document_id:path}", response_model=DocumentObject, responses=ERRORS)
+async def get_document(request: Request, name: str = NAME, document_id: str = DOCUMENT_ID) -> DocumentObject:
+    return document_object(await search_service(request).get_document(name, document_id))
+
+
+@router.delete("/v1/collections/{name}/documents/{document_id:path}", response_model=DocumentDeleted, responses=ERRORS)
+async def delete_document(request: Request, name: str = NAME, document_id: str = DOCUMENT_ID) -> DocumentDeleted:
+    await search_service(request).delete_document(name, document_id)
+    return DocumentDeleted(id=document_id)
+
+
+@router.post("/v1/collections/{name}/search", response_model=SearchResponse, responses=ERRORS)
+async def search(body: SearchRequest, request: Request, name: str = NAME) -> SearchResponse:
+    result = await search_service(request).search(
+        name,
+        body.query,
+        top_k=body.top_k,
+        where=body.filter,
+        min_score=body.min_score,
+        use_cache=cache_allowed(request),
+    )
+    return SearchResponse(
+        query=body.query,
+        data=[SearchHit(id=h.id, score=h.score, text=h.text, metadata=h.metadata) for h in result.hits],
+        usage=SearchUsage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens),
+    )
+
+
+def collection_object(collection: Collection) -> CollectionObject:
+    return CollectionObject(
+        name=collection.name,
+        model=collection.model,
+        model_revision=collection.model_revision,
+        dimensions=collection.dimensions,
+        documents=collection.documents,
+        created_at=collection.created_at,
+        query_instruction=collection.query_instruction,
+        metadata=collection.metadata,
+    )
+
+
+def document_object(document: Document) -> DocumentObject:
+    return DocumentObject(
+        id=document.id,
+        text=document.text,
+        metadata=document.metadata,
+        created_at=document.created_at,
+        updated_at=document.updated_at,
+    )
+
+
+def attach_router(app: FastAPI) -> None:
+    app.include_router(router)

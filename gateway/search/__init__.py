@@ -1,0 +1,1 @@
+"""Semantic search: collections of documents, their vectors and metadata, in a vector store."""

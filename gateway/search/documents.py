@@ -1,0 +1,118 @@
+"""What a vector store holds and answers: collections, documents, hits; and the checks on what clients send."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from gateway.errors import InvalidRequestError
+from gateway.search.filters import check_field_name
+
+MetadataValue: TypeAlias = str | int | float | bool | list[str]
+Metadata: TypeAlias = dict[str, MetadataValue]
+COLLECTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
+MAX_ID_CHARS = 256
+MAX_METADATA_FIELDS = 64
+MAX_METADATA_STRING_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class Collection:
+    """A collection's own record; `documents` is counted by the store when it answers."""
+
+    name: str
+    model: str
+    model_revision: str
+    dimensions: int
+    created_at: int  # unix seconds
+    query_instruction: str | None  # None: the served model's instruction
+    metadata: dict[str, Any] = field(default_factory=dict)
+    documents: int = 0
+
+    def counted(self, documents: int) -> Collection:
+        return replace(self, documents=documents)
+
+    def record(self) -> dict[str, Any]:
+        """What the store persists (the count is the engine's)."""
+        return {
+            "name": self.name,
+            "model": self.model,
+            "model_revision": self.model_revision,
+            "dimensions": self.dimensions,
+            "created_at": self.created_at,
+            "query_instruction": self.query_instruction,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Collection:
+        return cls(**{key: record[key] for key in cls.__dataclass_fields__ if key in record})
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    text: str
+    metadata: Metadata
+    created_at: int  # unix seconds; kept when the document is replaced
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    score: float  # cosine similarity
+    text: str
+    metadata: Metadata
+
+
+Vector: TypeAlias = npt.NDArray[np.float32]
+
+
+def check_collection_name(name: str) -> None:
+    if not COLLECTION_NAME.match(name):
+        raise InvalidRequestError(
+            f"collection names start with a letter, then letters, digits, _ or - (at most 63 characters); "
+            f"got {name[:80]!r}",
+            param="name",
+        )
+
+
+def check_document_id(document_id: str, where: str = "id") -> None:
+    if not document_id:
+        raise InvalidRequestError(f"{where}: a document id is a non-empty string", param="id")
+    if len(document_id) > MAX_ID_CHARS:
+        raise InvalidRequestError(
+            f"{where}: a document id has at most {MAX_ID_CHARS} characters, got {len(document_id)}", param="id"
+        )
+
+
+def check_metadata(metadata: dict[str, Any], where: str) -> Metadata:
+    """`metadata` as stored: a flat object of strings, numbers, booleans and lists of strings."""
+    if len(metadata) > MAX_METADATA_FIELDS:
+        raise InvalidRequestError(f"{where}: at most {MAX_METADATA_FIELDS} metadata fields", param="metadata")
+    for key, value in metadata.items():
+        check_field_name(key, f"{where}.{key}")
+        if not _is_value(value):
+            raise InvalidRequestError(
+                f"{where}.{key}: metadata values are strings, numbers, booleans or lists of strings, "
+                f"got {type(value).__name__}",
+                param="metadata",
+            )
+    return metadata
+
+
+def _is_value(value: object) -> bool:
+    if isinstance(value, str):
+        return len(value) <= MAX_METADATA_STRING_CHARS
+    if isinstance(value, bool | int):
+        return not isinstance(value, int) or isinstance(value, bool) or abs(value) < 2**63
+    if isinstance(value, float):
+        return value == value and abs(value) != float("inf")
+    if isinstance(value, list):
+        return all(isinstance(item, str) and len(item) <= MAX_METADATA_STRING_CHARS for item in value)
+    return False

@@ -1,0 +1,281 @@
+"""The Milvus vector store: collections in a Milvus server, shared by every replica, through pymilvus.
+
+    gateway_collections        the catalog: one row per collection (its record as JSON)
+    gw_<name>                  one Milvus collection per collection: id (primary key), vector (HNSW, cosine),
+                               text, metadata (JSON), created_at, updated_at
+
+Collection names are encoded for Milvus (`_` -> `_0`, `-` -> `_1`), which keeps them distinct. Collections
+are created with strong consistency, so a document is searchable when its upsert returns (Milvus has written it
+to its log by then). The client connects on first use, not at start, so a gateway whose Milvus is down starts
+and serves everything else; every call runs on the store's thread pool with SEARCH_MILVUS_TIMEOUT_SECONDS.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from pydantic import SecretStr
+from pymilvus import DataType, MilvusClient
+
+from gateway.errors import InvalidRequestError
+from gateway.search.documents import Collection, Document, Hit, Vector
+from gateway.search.filters import Filter
+from gateway.search.milvus_filter import literal, to_milvus
+from gateway.search.store import (
+    CollectionExistsError,
+    CollectionNotFoundError,
+    DocumentWrite,
+    SearchStoreUnavailableError,
+)
+from gateway.search.threads import StoreThreads
+
+T = TypeVar("T")
+CATALOG = "gateway_collections"
+MAX_TEXT_BYTES = 65_535  # Milvus's longest VARCHAR
+FIELDS = ["id", "text", "metadata", "created_at", "updated_at"]
+HNSW_EF = 128
+CATALOG_TTL_SECONDS = 5.0  # how long this replica trusts its copy of a collection's record
+
+
+def milvus_name(name: str) -> str:
+    return "gw_" + name.replace("_", "_0").replace("-", "_1")
+
+
+class MilvusStore:
+    name = "milvus"
+
+    def __init__(
+        self, uri: str, token: SecretStr | None, *, timeout_seconds: float = 10.0, max_threads: int = 4
+    ) -> None:
+        self._uri = uri
+        self._token = token
+        self._timeout = timeout_seconds
+        self._threads = StoreThreads(self.name, max_threads)
+        self._client: MilvusClient | None = None
+        self._records: dict[str, tuple[Collection, float]] = {}
+
+    async def create_collection(self, collection: Collection) -> None:
+        await self._run(self._create, collection)
+        self._records[collection.name] = (collection, time.monotonic() + CATALOG_TTL_SECONDS)
+
+    async def collection(self, name: str) -> Collection:
+        return await self._record(name)
+
+    async def get_collection(self, name: str) -> Collection:
+        collection = await self._record(name, fresh=True)
+        return collection.counted(await self._run(self._count, milvus_name(name), ""))
+
+    async def list_collections(self) -> list[Collection]:
+        records = await self._run(self._catalog_rows, "")
+        counted = []
+        for record in records:
+            collection = Collection.from_record(record)
+            counted.append(collection.counted(await self._run(self._count, milvus_name(collection.name), "")))
+        return sorted(counted, key=lambda c: c.name)
+
+    async def delete_collection(self, name: str) -> None:
+        await self._record(name, fresh=True)
+        self._records.pop(name, None)
+        await self._run(self._drop, name)
+
+    async def upsert(self, name: str, documents: Sequence[DocumentWrite], now: int) -> None:
+        for index, document in enumerate(documents):
+            if len(document.text.encode()) > MAX_TEXT_BYTES:
+                raise InvalidRequestError(
+                    f"documents[{index}].text: the Milvus store holds texts of at most {MAX_TEXT_BYTES} bytes (UTF-8)",
+                    param="documents",
+                )
+        await self._record(name)
+        await self._run(self._upsert, milvus_name(name), documents, now)
+
+    async def get_documents(self, name: str, ids: Sequence[str]) -> list[Document]:
+        await self._record(name)
+        rows = await self._run(self._get, milvus_name(name), list(ids), FIELDS)
+        return [document(row) for row in rows]
+
+    async def delete_documents(self, name: str, ids: Sequence[str]) -> int:
+        await self._record(name)
+        return await self._run(self._delete_ids, milvus_name(name), list(ids))
+
+    async def delete_matching(self, name: str, where: Filter) -> int:
+        await self._record(name)
+        return await self._run(self._delete_filter, milvus_name(name), to_milvus(where))
+
+    async def search(
+        self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
+    ) -> list[Hit]:
+        await self._record(name)
+        expression = to_milvus(where) if where is not None else ""
+        rows = await self._run(self._search, milvus_name(name), vector.tolist(), top_k, expression)
+        hits = [
+            Hit(r["entity"]["id"], float(r["distance"]), r["entity"]["text"], r["entity"]["metadata"]) for r in rows
+        ]
+        return [h for h in hits if min_score is None or h.score >= min_score]
+
+    async def ready(self) -> bool:
+        try:
+            await self._run(self._ping)
+        except SearchStoreUnavailableError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._run(self._client.close)
+        self._threads.shutdown()
+
+    async def _record(self, name: str, *, fresh: bool = False) -> Collection:
+        cached = self._records.get(name)
+        if cached is not None and not fresh and cached[1] > time.monotonic():
+            return cached[0]
+        rows = await self._run(self._catalog_rows, f"name == {literal(name)}")
+        if not rows:
+            self._records.pop(name, None)
+            raise CollectionNotFoundError(name)
+        collection = Collection.from_record(rows[0])
+        self._records[name] = (collection, time.monotonic() + CATALOG_TTL_SECONDS)
+        return collection
+
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        return await self._threads.run(call, *args)
+
+    # -- in the thread pool ------------------------------------------------------------------------------
+
+    def _connected(self) -> MilvusClient:
+        if self._client is None:
+            token = self._token.get_secret_value() if self._token is not None else ""
+            client = MilvusClient(uri=self._uri, token=token, timeout=self._timeout)
+            if not client.has_collection(CATALOG, timeout=self._timeout):
+                client.create_collection(
+                    CATALOG,
+                    schema=_catalog_schema(),
+                    index_params=_index(client, "vector"),
+                    consistency_level="Strong",
+                    timeout=self._timeout,
+                )
+            self._client = client
+        return self._client
+
+    def _ping(self) -> None:
+        self._connected().has_collection(CATALOG, timeout=self._timeout)
+
+    def _catalog_rows(self, expression: str) -> list[dict[str, Any]]:
+        rows = self._connected().query(
+            CATALOG, filter=expression or 'name != ""', output_fields=["record"], timeout=self._timeout
+        )
+        return [json.loads(row["record"]) for row in rows]
+
+    def _create(self, collection: Collection) -> None:
+        client = self._connected()
+        if self._catalog_rows(f"name == {literal(collection.name)}"):
+            raise CollectionExistsError(collection.name)
+        target = milvus_name(collection.name)
+        if client.has_collection(target, timeout=self._timeout):  # a create or delete cut short
+            client.drop_collection(target, timeout=self._timeout)
+        client.create_collection(
+            target,
+            schema=_documents_schema(collection.dimensions),
+            index_params=_index(client, "vector"),
+            consistency_level="Strong",
+            timeout=self._timeout,
+        )
+        row = {"name": collection.name, "record": json.dumps(collection.record()), "vector": [0.0, 1.0]}
+        client.upsert(CATALOG, [row], timeout=self._timeout)
+
+    def _drop(self, name: str) -> None:
+        client = self._connected()
+        client.delete(CATALOG, filter=f"name == {literal(name)}", timeout=self._timeout)  # gone for clients now
+        client.drop_collection(milvus_name(name), timeout=self._timeout)
+
+    def _count(self, target: str, expression: str) -> int:
+        rows = self._connected().query(target, filter=expression, output_fields=["count(*)"], timeout=self._timeout)
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    def _get(self, target: str, ids: list[str], fields: list[str]) -> list[dict[str, Any]]:
+        if not ids:
+            return []
+        rows = self._connected().query(target, filter=ids_expression(ids), output_fields=fields, timeout=self._timeout)
+        return list(rows)
+
+    def _upsert(self, target: str, documents: Sequence[DocumentWrite], now: int) -> None:
+        existing = self._get(target, [d.id for d in documents], ["id", "created_at"])
+        created = {row["id"]: row["created_at"] for row in existing}
+        rows = [
+            {
+                "id": d.id,
+                "vector": d.vector.tolist(),
+                "text": d.text,
+                "metadata": d.metadata,
+                "created_at": created.get(d.id, now),
+                "updated_at": now,
+            }
+            for d in documents
+        ]
+        self._connected().upsert(target, rows, timeout=self._timeout)
+
+    def _delete_ids(self, target: str, ids: list[str]) -> int:
+        found = [row["id"] for row in self._get(target, ids, ["id"])]
+        if found:
+            self._connected().delete(target, filter=ids_expression(found), timeout=self._timeout)
+        return len(found)
+
+    def _delete_filter(self, target: str, expression: str) -> int:
+        count = self._count(target, expression)
+        if count:
+            self._connected().delete(target, filter=expression, timeout=self._timeout)
+        return count
+
+    def _search(self, target: str, vector: list[float], top_k: int, expression: str) -> list[dict[str, Any]]:
+        results = self._connected().search(
+            target,
+            data=[vector],
+            limit=top_k,
+            filter=expression,
+            output_fields=FIELDS,
+            search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, top_k)}},
+            timeout=self._timeout,
+        )
+        return list(results[0]) if results else []
+
+
+def ids_expression(ids: list[str]) -> str:
+    """`id in [...]` with each id an escaped literal: pymilvus' own `get(ids=...)` and `delete(ids=...)` put the
+    ids between single quotes unescaped, so an id holding a quote would break out of its string."""
+    return "id in [" + ", ".join(literal(i) for i in ids) + "]"
+
+
+def _documents_schema(dimensions: int) -> Any:
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=256)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dimensions)
+    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
+    schema.add_field("metadata", DataType.JSON)
+    schema.add_field("created_at", DataType.INT64)
+    schema.add_field("updated_at", DataType.INT64)
+    return schema
+
+
+def _catalog_schema() -> Any:
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("name", DataType.VARCHAR, is_primary=True, max_length=64)
+    schema.add_field("record", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=2)  # Milvus wants a vector in every collection
+    return schema
+
+
+def _index(client: MilvusClient, field: str) -> Any:
+    index = client.prepare_index_params()
+    index.add_index(field_name=field, index_type="HNSW", metric_type="COSINE", params={"M": 16, "efConstruction": 100})
+    return index
+
+
+def hit(row: dict[str, Any]) -> Hit:
+    entity = row["entity"]
+    return Hit(entity["id"], float(row["distance"]), entity["text"], entity["metadata"])
+
+
+def document(row: dict[str, Any]) -> Document:
+    return Document(row["id"], row["text"], row["metadata"], int(row["created_at"]), int(row["updated_at"]))

@@ -1,0 +1,94 @@
+"""The one interface every vector store implements, and the errors it raises.
+
+Implementations: `embedded.py` (Qdrant Edge in this process, files under SEARCH_PATH) and `milvus.py`
+(a Milvus server through pymilvus). Both are synchronous libraries: every call runs on the store's own
+thread pool, so a slow disk or server never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.errors import ConflictError, NotFoundError, UpstreamUnavailableError
+from gateway.search.documents import Collection, Document, Hit, Metadata, Vector
+from gateway.search.filters import Filter
+
+
+class SearchStoreUnavailableError(UpstreamUnavailableError):
+    """The vector store does not answer: search is down, the rest of the gateway is not."""
+
+    code = "search_store_unavailable"
+
+
+class CollectionNotFoundError(NotFoundError):
+    code = "collection_not_found"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"collection {name!r} does not exist", param="name")
+
+
+class CollectionExistsError(ConflictError):
+    code = "collection_exists"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"collection {name!r} already exists", param="name")
+
+
+@dataclass(frozen=True)
+class DocumentWrite:
+    """One document to upsert, with its vector (L2-normalised)."""
+
+    id: str
+    text: str
+    metadata: Metadata
+    vector: Vector
+
+
+class VectorStore(Protocol):
+    """Collections of documents with their vectors, texts and metadata; cosine search with filters.
+
+    Every write is durable when its call returns. Unknown collections raise CollectionNotFoundError; an
+    unreachable or failing engine raises SearchStoreUnavailableError.
+    """
+
+    name: str  # "embedded" or "milvus", for errors and /readyz
+
+    async def create_collection(self, collection: Collection) -> None: ...
+
+    async def collection(self, name: str) -> Collection:
+        """The collection's record, without counting its documents (what every upsert and search reads)."""
+        ...
+
+    async def get_collection(self, name: str) -> Collection:
+        """The record with its document count."""
+        ...
+
+    async def list_collections(self) -> list[Collection]: ...
+
+    async def delete_collection(self, name: str) -> None: ...
+
+    async def upsert(self, name: str, documents: Sequence[DocumentWrite], now: int) -> None:
+        """Insert or replace; a replaced document keeps its `created_at`, `updated_at` becomes `now`."""
+        ...
+
+    async def get_documents(self, name: str, ids: Sequence[str]) -> list[Document]:
+        """The documents that exist among `ids`, in no particular order."""
+        ...
+
+    async def delete_documents(self, name: str, ids: Sequence[str]) -> int:
+        """Deletes those that exist; answers how many did."""
+        ...
+
+    async def delete_matching(self, name: str, where: Filter) -> int: ...
+
+    async def search(
+        self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
+    ) -> list[Hit]:
+        """Best first; `score` is the cosine similarity."""
+        ...
+
+    async def ready(self) -> bool: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,218 @@
+"""Semantic search, framework-free: collections, document upserts embedded through the embeddings service, and
+searches by meaning with metadata filters, over one `VectorStore`.
+
+A collection remembers the model and revision its vectors came from; while another revision is served, its
+upserts and searches answer 409 (vectors of two revisions are never compared or mixed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.errors import ConflictError, InvalidRequestError, NotFoundError, PayloadTooLargeError
+from gateway.protocol.unicode import has_lone_surrogate, is_blank
+from gateway.search.documents import (
+    Collection,
+    Document,
+    Hit,
+    check_collection_name,
+    check_document_id,
+    check_metadata,
+)
+from gateway.search.filters import parse_filter
+from gateway.search.store import DocumentWrite, VectorStore
+from gateway.services.embeddings import EmbeddingService
+from gateway.settings import LimitSettings
+from gateway.upstreams.triton import ModelInfo
+
+MAX_DOCUMENTS_PER_CALL = 1000
+MAX_TOP_K = 100
+MAX_COLLECTION_METADATA_BYTES = 16 * 1024
+MAX_QUERY_INSTRUCTION_CHARS = 1024
+READY_TIMEOUT_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class NewDocument:
+    id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    ids: list[str]  # in request order, each once
+    prompt_tokens: int
+    truncated: list[str]  # ids of documents whose text was cut at the model's maximum tokens
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    hits: list[Hit]
+    prompt_tokens: int
+    cached: bool  # the query's embedding came from the cache
+
+
+class SearchService:
+    def __init__(self, store: VectorStore, embeddings: EmbeddingService, limits: LimitSettings) -> None:
+        self._store = store
+        self._embeddings = embeddings
+        self._limits = limits
+
+    @property
+    def store_name(self) -> str:
+        return self._store.name
+
+    async def ready(self) -> bool:
+        """Whether the store answers within a second (readiness probes must not hang on a dead Milvus)."""
+        try:
+            return await asyncio.wait_for(self._store.ready(), READY_TIMEOUT_SECONDS)
+        except TimeoutError:
+            return False
+
+    async def create_collection(
+        self, name: str, query_instruction: str | None, metadata: dict[str, Any] | None
+    ) -> Collection:
+        check_collection_name(name)
+        if query_instruction is not None and len(query_instruction) > MAX_QUERY_INSTRUCTION_CHARS:
+            raise InvalidRequestError(
+                f"query_instruction has at most {MAX_QUERY_INSTRUCTION_CHARS} characters", param="query_instruction"
+            )
+        if metadata is not None and len(orjson.dumps(metadata)) > MAX_COLLECTION_METADATA_BYTES:
+            raise InvalidRequestError(
+                f"metadata is at most {MAX_COLLECTION_METADATA_BYTES} bytes of JSON", param="metadata"
+            )
+        info = await self._embeddings.model_info()
+        collection = Collection(
+            name, info.name, info.revision, info.dimension, int(time.time()), query_instruction, metadata or {}
+        )
+        await self._store.create_collection(collection)
+        return collection
+
+    async def get_collection(self, name: str) -> Collection:
+        check_collection_name(name)
+        return await self._store.get_collection(name)
+
+    async def list_collections(self) -> list[Collection]:
+        return await self._store.list_collections()
+
+    async def delete_collection(self, name: str) -> None:
+        check_collection_name(name)
+        await self._store.delete_collection(name)
+
+    async def upsert(self, name: str, documents: Sequence[NewDocument], *, use_cache: bool = True) -> UpsertResult:
+        check_collection_name(name)
+        if not documents:
+            raise InvalidRequestError("documents must hold at least one document", param="documents")
+        if len(documents) > MAX_DOCUMENTS_PER_CALL:
+            raise PayloadTooLargeError(
+                f"{len(documents)} documents in one call; the maximum is {MAX_DOCUMENTS_PER_CALL}", param="documents"
+            )
+        for index, document in enumerate(documents):
+            self._check(index, document)
+        unique = list({d.id: d for d in documents}.values())  # a repeated id: its last version is the one kept
+        await self._current(name)
+        result = await self._embeddings.embed([d.text for d in unique], use_cache=use_cache)
+        writes = [
+            DocumentWrite(d.id, d.text, d.metadata, vector) for d, vector in zip(unique, result.vectors, strict=True)
+        ]
+        await self._store.upsert(name, writes, int(time.time()))
+        cut = [d.id for d, truncated in zip(unique, result.truncated, strict=True) if truncated]
+        return UpsertResult([d.id for d in unique], result.prompt_tokens, cut)
+
+    async def get_document(self, name: str, document_id: str) -> Document:
+        check_collection_name(name)
+        check_document_id(document_id)
+        found = await self._store.get_documents(name, [document_id])
+        if not found:
+            raise DocumentNotFoundError(name, document_id)
+        return found[0]
+
+    async def delete_document(self, name: str, document_id: str) -> None:
+        check_collection_name(name)
+        check_document_id(document_id)
+        if not await self._store.delete_documents(name, [document_id]):
+            raise DocumentNotFoundError(name, document_id)
+
+    async def delete_documents(self, name: str, ids: list[str] | None, where: object | None) -> int:
+        """By ids or by a filter (exactly one of them); answers how many documents were deleted."""
+        check_collection_name(name)
+        if (ids is None) == (where is None):
+            raise InvalidRequestError("send either ids or filter", param="ids")
+        if ids is not None:
+            if len(ids) > MAX_DOCUMENTS_PER_CALL:
+                raise PayloadTooLargeError(
+                    f"{len(ids)} ids in one call; the maximum is {MAX_DOCUMENTS_PER_CALL}", param="ids"
+                )
+            for index, document_id in enumerate(ids):
+                check_document_id(document_id, f"ids[{index}]")
+            return await self._store.delete_documents(name, ids) if ids else 0
+        return await self._store.delete_matching(name, parse_filter(where))
+
+    async def search(
+        self,
+        name: str,
+        query: str,
+        *,
+        top_k: int = 10,
+        where: object | None = None,
+        min_score: float | None = None,
+        use_cache: bool = True,
+    ) -> SearchResult:
+        check_collection_name(name)
+        if not 1 <= top_k <= MAX_TOP_K:
+            raise InvalidRequestError(f"top_k is 1 to {MAX_TOP_K}, got {top_k}", param="top_k")
+        self._check_text(query, "query")
+        parsed = parse_filter(where) if where else None  # {} filters nothing out
+        collection = await self._current(name)
+        result = await self._embeddings.embed(
+            [query], use_cache=use_cache, input_type="query", instruction=collection.query_instruction
+        )
+        hits = await self._store.search(name, result.vectors[0], top_k, parsed, min_score)
+        return SearchResult(hits, result.prompt_tokens, result.cache == "hit")
+
+    async def _current(self, name: str) -> Collection:
+        """The collection, if its vectors come from the model served now (else 409: re-index)."""
+        collection = await self._store.collection(name)
+        check_revision(collection, await self._embeddings.model_info())
+        return collection
+
+    def _check(self, index: int, document: NewDocument) -> None:
+        check_document_id(document.id, f"documents[{index}].id")
+        self._check_text(document.text, f"documents[{index}].text")
+        check_metadata(document.metadata, f"documents[{index}].metadata")
+
+    def _check_text(self, text: str, where: str) -> None:
+        param = where.split("[", 1)[0].split(".", 1)[0]
+        if is_blank(text):
+            raise InvalidRequestError(f"{where} is empty or has no visible character", param=param)
+        if has_lone_surrogate(text):
+            raise InvalidRequestError(f"{where} is not valid Unicode (a lone surrogate)", param=param)
+        if len(text) > self._limits.max_text_chars:
+            raise InvalidRequestError(
+                f"{where} has {len(text)} characters; the maximum is {self._limits.max_text_chars}", param=param
+            )
+
+
+class DocumentNotFoundError(NotFoundError):
+    code = "document_not_found"
+
+    def __init__(self, collection: str, document_id: str) -> None:
+        super().__init__(f"collection {collection!r} has no document {document_id!r}", param="id")
+
+
+def check_revision(collection: Collection, served: ModelInfo) -> None:
+    if (collection.model, collection.model_revision) != (served.name, served.revision):
+        raise ConflictError(
+            f"collection {collection.name!r} holds vectors of {collection.model} revision "
+            f"{collection.model_revision}, but {served.name} revision {served.revision} is served: re-index the "
+            "collection (create it again and upsert its documents) before using it",
+            code="collection_needs_reindex",
+            param="name",
+        )

@@ -1,0 +1,281 @@
+"""Both vector stores against their real engines: Qdrant Edge in-process, and Milvus through Milvus Lite's gRPC
+server. The same behaviour is asked of each: CRUD, upsert replaces, every filter operator, the injection case,
+durability across a reopen."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gateway.search.documents import Collection
+from gateway.search.embedded import EmbeddedStore
+from gateway.search.filters import parse_filter
+from gateway.search.milvus import MilvusStore
+from gateway.search.store import (
+    CollectionExistsError,
+    CollectionNotFoundError,
+    DocumentWrite,
+    SearchStoreUnavailableError,
+    VectorStore,
+)
+from localtriton.ports import free_port
+from tests.helpers.milvus_fixtures import MilvusLiteServer, milvus_server  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.slow
+
+DIMENSIONS = 8
+INJECTION = 'x" or 1==1 or "'
+StoreFactory = Callable[[], VectorStore]
+
+
+def unit(seed: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    vector = np.random.default_rng(seed).standard_normal(DIMENSIONS).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+DOCUMENTS = [
+    DocumentWrite("a", "alpha", {"lang": "zh", "price": 5, "tags": ["x", "y"], "ok": True}, unit(1)),
+    DocumentWrite("b", "beta", {"lang": "en", "price": 50.5, "ok": False}, unit(2)),
+    DocumentWrite("c", "gamma", {"lang": INJECTION, "price": 500}, unit(3)),
+    DocumentWrite("d/1", "delta", {}, unit(4)),
+]
+
+
+@pytest.fixture(params=["embedded", "milvus"])
+def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """Opens stores over the same data: a second one sees what the first wrote (a restart)."""
+    if request.param == "embedded":
+        opened: list[VectorStore] = []
+
+        def embedded() -> VectorStore:
+            opened.append(EmbeddedStore(tmp_path / "search"))
+            return opened[-1]
+
+        yield embedded
+        return
+    server: MilvusLiteServer = request.getfixturevalue("milvus_server")
+    yield lambda: MilvusStore(server.uri, None, timeout_seconds=30)
+
+
+def collection(name: str | None = None) -> Collection:
+    return Collection(name or f"c-{uuid.uuid4().hex[:8]}", "model", "rev1", DIMENSIONS, 1_700_000_000, None, {"k": 1})
+
+
+def run(store: VectorStore, scenario: Callable[[VectorStore], Awaitable[None]]) -> None:
+    async def main() -> None:
+        try:
+            await scenario(store)
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_collections_are_created_listed_counted_and_deleted(store_factory: StoreFactory) -> None:
+    created = collection()
+
+    async def scenario(store: VectorStore) -> None:
+        await store.create_collection(created)
+        with pytest.raises(CollectionExistsError):
+            await store.create_collection(created)
+        await store.upsert(created.name, DOCUMENTS, now=100)
+        assert await store.get_collection(created.name) == created.counted(4)
+        assert created.counted(4) in await store.list_collections()
+        await store.delete_collection(created.name)
+        with pytest.raises(CollectionNotFoundError):
+            await store.get_collection(created.name)
+        with pytest.raises(CollectionNotFoundError):
+            await store.search(created.name, unit(1), 3, None, None)
+        assert created.name not in [c.name for c in await store.list_collections()]
+
+    run(store_factory(), scenario)
+
+
+def test_upsert_replaces_and_keeps_created_at(store_factory: StoreFactory) -> None:
+    created = collection()
+
+    async def scenario(store: VectorStore) -> None:
+        await store.create_collection(created)
+        await store.upsert(created.name, DOCUMENTS, now=100)
+        await store.upsert(created.name, [DocumentWrite("a", "alpha 2", {"v": 2}, unit(9))], now=200)
+        (document,) = await store.get_documents(created.name, ["a", "missing"])
+        assert (document.text, document.metadata, document.created_at, document.updated_at) == (
+            "alpha 2",
+            {"v": 2},
+            100,
+            200,
+        )
+        assert (await store.get_collection(created.name)).documents == 4
+        hits = await store.search(created.name, unit(9), 1, None, None)
+        assert (hits[0].id, round(hits[0].score, 4)) == ("a", 1.0)
+        assert await store.delete_documents(created.name, ["a", "d/1", "missing"]) == 2
+        assert await store.get_documents(created.name, ["a", "d/1"]) == []
+
+    run(store_factory(), scenario)
+
+
+FILTERS: list[tuple[dict[str, Any], set[str]]] = [
+    ({"lang": "zh"}, {"a"}),
+    ({"lang": {"$eq": "en"}}, {"b"}),
+    ({"lang": {"$ne": "zh"}}, {"b", "c", "d/1"}),
+    ({"price": {"$gt": 5}}, {"b", "c"}),
+    ({"price": {"$gte": 50.5}}, {"b", "c"}),
+    ({"price": {"$lt": 50.5}}, {"a"}),
+    ({"price": {"$lte": 50.5, "$gt": 0}}, {"a", "b"}),
+    ({"price": 5}, {"a"}),
+    ({"price": "5"}, set()),
+    ({"ok": True}, {"a"}),
+    ({"ok": False}, {"b"}),
+    ({"tags": "x"}, {"a"}),
+    ({"tags": {"$in": ["y", "q"]}}, {"a"}),
+    ({"lang": {"$in": ["en", "zh"]}}, {"a", "b"}),
+    ({"tags": {"$nin": ["y"]}}, {"b", "c", "d/1"}),
+    ({"$and": [{"lang": "en"}, {"price": {"$gt": 10}}]}, {"b"}),
+    ({"$or": [{"lang": "en"}, {"price": 500}]}, {"b", "c"}),
+    ({"missing": {"$ne": 1}}, {"a", "b", "c", "d/1"}),
+    ({"lang": INJECTION}, {"c"}),
+    ({"lang": INJECTION + "q"}, set()),
+    ({"lang": 'zh" or metadata["lang"] == "en'}, set()),
+    ({"lang": "\\"}, set()),
+]
+
+
+def test_every_filter_operator_and_no_injection(store_factory: StoreFactory) -> None:
+    created = collection()
+
+    async def scenario(store: VectorStore) -> None:
+        await store.create_collection(created)
+        await store.upsert(created.name, DOCUMENTS, now=100)
+        for raw, expected in FILTERS:
+            hits = await store.search(created.name, unit(1), 10, parse_filter(raw), None)
+            assert {hit.id for hit in hits} == expected, raw
+
+    run(store_factory(), scenario)
+
+
+def test_min_score_and_delete_by_filter(store_factory: StoreFactory) -> None:
+    created = collection()
+
+    async def scenario(store: VectorStore) -> None:
+        await store.create_collection(created)
+        await store.upsert(created.name, DOCUMENTS, now=100)
+        hits = await store.search(created.name, unit(1), 10, None, 0.999)
+        assert [hit.id for hit in hits] == ["a"]
+        assert await store.delete_matching(created.name, parse_filter({"lang": INJECTION + "q"})) == 0
+        assert await store.delete_matching(created.name, parse_filter({"price": {"$gte": 50}})) == 2
+        assert (await store.get_collection(created.name)).documents == 2
+
+    run(store_factory(), scenario)
+
+
+def test_everything_written_is_there_after_a_reopen(store_factory: StoreFactory) -> None:
+    created = collection()
+
+    async def write(store: VectorStore) -> None:
+        await store.create_collection(created)
+        await store.upsert(created.name, DOCUMENTS, now=100)
+
+    async def read(store: VectorStore) -> None:
+        assert await store.get_collection(created.name) == created.counted(4)
+        hits = await store.search(created.name, unit(2), 1, None, None)
+        assert hits[0].id == "b" and hits[0].metadata == {"lang": "en", "price": 50.5, "ok": False}
+
+    run(store_factory(), write)
+    run(store_factory(), read)
+
+
+def test_a_milvus_that_does_not_answer_is_unavailable_not_fatal() -> None:
+    async def scenario() -> None:
+        store = MilvusStore(f"http://127.0.0.1:{free_port()}", None, timeout_seconds=1)
+        assert await store.ready() is False
+        with pytest.raises(SearchStoreUnavailableError) as error:
+            await store.search("c", unit(1), 3, None, None)
+        assert "milvus" in error.value.message and error.value.status_code == 503
+        await store.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_writes(tmp_path: Path) -> None:
+    created = collection()
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((3000, DIMENSIONS)).astype(np.float32)
+    writes = [
+        DocumentWrite(str(n), f"text {n}", {"n": n}, vectors[n] / np.linalg.norm(vectors[n])) for n in range(3000)
+    ]
+
+    def store() -> EmbeddedStore:
+        return EmbeddedStore(tmp_path / "search", index_after_points=1000, indexing_threshold_kb=1)
+
+    async def scenario(embedded: VectorStore) -> None:
+        assert isinstance(embedded, EmbeddedStore)
+        await embedded.create_collection(created)
+        await embedded.upsert(created.name, writes[:2000], now=1)  # starts a build of these 2,000
+        await embedded.upsert(created.name, writes[2000:], now=2)  # written while the child indexes
+        await embedded.delete_documents(created.name, ["0"])
+        indexed = asyncio.create_task(embedded.wait_indexed())
+        searches = 0
+        while not indexed.done():  # reads go on through the build and the swap, and none fails
+            await embedded.search(created.name, writes[1].vector, 1, None, None)
+            searches += 1
+        assert searches > 1
+        folder = tmp_path / "search" / "collections" / created.name
+        assert sorted(p.name for p in folder.iterdir()) == ["collection.json", "shard"]
+        assert embedded._shards[created.name].info().indexed_vectors_count >= 1999  # the swapped-in HNSW
+        assert (await embedded.get_collection(created.name)).documents == 2999
+        hits = await embedded.search(created.name, writes[2500].vector, 1, None, None)
+        assert hits[0].id == "2500"
+        assert await embedded.get_documents(created.name, ["0"]) == []
+
+    async def reopened(embedded: VectorStore) -> None:
+        assert (await embedded.get_collection(created.name)).documents == 2999
+        hits = await embedded.search(created.name, writes[7].vector, 1, parse_filter({"n": {"$lt": 10}}), None)
+        assert hits[0].id == "7"
+
+    run(store(), scenario)
+    run(store(), reopened)
+
+
+def test_ids_and_values_with_quotes_and_backslashes_stay_data(store_factory: StoreFactory) -> None:
+    created = collection()
+    tricky = ['x" or id != "', "a\\", 'b\\" or 1==1 or \\"', "it's", "new\nline"]
+    writes = [DocumentWrite(i, f"text {n}", {"v": i}, unit(n)) for n, i in enumerate(tricky)]
+
+    async def scenario(store: VectorStore) -> None:
+        await store.create_collection(created)
+        await store.upsert(created.name, [*DOCUMENTS, *writes], now=1)
+        for document_id in tricky:
+            (found,) = await store.get_documents(created.name, [document_id])
+            assert found.id == document_id and found.metadata == {"v": document_id}
+            hits = await store.search(created.name, unit(1), 10, parse_filter({"v": document_id}), None)
+            assert [hit.id for hit in hits] == [document_id]
+        assert await store.get_documents(created.name, ['nothing" or id != "']) == []
+        assert await store.delete_documents(created.name, ['nothing" or id != "']) == 0
+        assert await store.delete_documents(created.name, [tricky[0]]) == 1
+        assert (await store.get_collection(created.name)).documents == len(DOCUMENTS) + len(tricky) - 1
+
+    run(store_factory(), scenario)
+
+
+def test_a_field_with_values_of_two_types_filters_each(store_factory: StoreFactory) -> None:
+    created = collection()
+    writes = [
+        DocumentWrite("n", "number", {"size": 3}, unit(1)),
+        DocumentWrite("s", "string", {"size": "large"}, unit(2)),
+    ]
+
+    async def scenario(store: VectorStore) -> None:
+        await store.create_collection(created)
+        await store.upsert(created.name, writes[:1], now=1)
+        await store.upsert(created.name, writes[1:], now=1)
+        assert [h.id for h in await store.search(created.name, unit(1), 5, parse_filter({"size": 3}), None)] == ["n"]
+        large = await store.search(created.name, unit(1), 5, parse_filter({"size": "large"}), None)
+        assert [h.id for h in large] == ["s"]
+
+    run(store_factory(), scenario)

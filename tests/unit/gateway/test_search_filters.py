@@ -1,0 +1,72 @@
+"""The filter language: what it accepts, the 400 it answers otherwise, and the Milvus text it writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.errors import InvalidRequestError
+from gateway.search.filters import All, Any_, Compare, Member, parse_filter
+from gateway.search.milvus_filter import literal, to_milvus
+
+
+def test_implicit_equality_and_operators_parse_to_the_tree() -> None:
+    assert parse_filter({"lang": "zh"}) == Compare("lang", "$eq", "zh")
+    assert parse_filter({"price": {"$gte": 10, "$lt": 100}}) == All(
+        (Compare("price", "$gte", 10), Compare("price", "$lt", 100))
+    )
+    assert parse_filter({"$or": [{"a": 1}, {"b": {"$nin": ["x", "y"]}}]}) == Any_(
+        (Compare("a", "$eq", 1), Member("b", "$nin", ("x", "y")))
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "names"),
+    [
+        ({"price": {"$lt": "100"}}, "filter.price.$lt"),
+        ({"price": {"$regex": "a"}}, "filter.price.$regex"),
+        ({"$not": {"a": 1}}, "filter.$not"),
+        ({"tags": {"$in": []}}, "filter.tags.$in"),
+        ({"tags": {"$in": [["a"]]}}, "filter.tags.$in[0]"),
+        ({"a": None}, "filter.a"),
+        ({"a": {"b": 1}}, "filter.a.b"),
+        ({"a.b": 1}, "filter.a.b"),
+        ({'a"]': 1}, 'filter.a"]'),
+        ({"$and": {}}, "filter.$and"),
+        ({"$or": [{}]}, "filter.$or[0]"),
+        ({"flag": {"$gt": True}}, "filter.flag.$gt"),
+        ([], "filter"),
+    ],
+)
+def test_a_malformed_filter_is_refused_naming_the_field(raw: Any, names: str) -> None:
+    with pytest.raises(InvalidRequestError) as error:
+        parse_filter(raw)
+    assert error.value.message.startswith(f"{names}:"), error.value.message
+    assert error.value.param == "filter"
+    assert error.value.status_code == 400
+
+
+def test_deep_or_large_filters_are_refused() -> None:
+    deep: dict[str, Any] = {"a": 1}
+    for _ in range(12):
+        deep = {"$and": [deep]}
+    with pytest.raises(InvalidRequestError, match="nest at most"):
+        parse_filter(deep)
+    with pytest.raises(InvalidRequestError, match="at most 64 conditions"):
+        parse_filter({"$or": [{"a": n} for n in range(65)]})
+
+
+def test_milvus_literals_escape_quotes_backslashes_and_line_breaks() -> None:
+    assert literal('x" or 1==1 or "') == '"x\\" or 1==1 or \\""'
+    assert literal("a\\b\nc") == '"a\\\\b\\nc"'
+    assert literal(True) == "true"
+    assert literal(3) == "3.0"
+
+
+def test_milvus_expression_keeps_values_inside_their_literals() -> None:
+    expression = to_milvus(parse_filter({"lang": 'x" or 1==1 or "', "n": {"$lt": 5}}))
+    assert expression == (
+        '((metadata["lang"] == "x\\" or 1==1 or \\"" or json_contains(metadata["lang"], "x\\" or 1==1 or \\""))'
+        ' and (metadata["n"] < 5.0))'
+    )
