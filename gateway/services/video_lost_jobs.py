@@ -29,7 +29,7 @@ from gateway.upstreams.fal_history import FalRequestRecord
 log = logging.getLogger(__name__)
 
 CLOCK_SLACK_SECONDS = 5.0  # fal's clock against this host's, either way, and the submit's way there
-REUSE_SECONDS = 1.0  # tasks lost in one crash look at once: one listing serves the lookups of this long
+REUSE_SECONDS = 1.0  # tasks lost in one crash look at once: one listing (or failure) serves the lookups of this long
 
 
 class RequestHistory(Protocol):
@@ -50,7 +50,8 @@ class LostJobFinder:
         self._submit_call_seconds = submit_call_seconds  # the longest a submit call can take
         self._claim_seconds = claim_seconds
         self._lock = asyncio.Lock()
-        self._listing: tuple[float, float, list[FalRequestRecord]] | None = None  # (monotonic, start, records)
+        # (monotonic, start, the records or why there are none): the last listing
+        self._listing: tuple[float, float, list[FalRequestRecord] | GatewayError] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -87,11 +88,15 @@ class LostJobFinder:
     async def _records(self, history: RequestHistory, start: float) -> list[FalRequestRecord]:
         async with self._lock:  # lookups at once wait for one listing rather than each making theirs
             cached = self._listing
-            if cached is not None and time.monotonic() - cached[0] < REUSE_SECONDS and cached[1] <= start:
-                return cached[2]
-            records = await history.succeeded_since(start)
-            self._listing = (time.monotonic(), start, records)
-            return records
+            if cached is None or time.monotonic() - cached[0] >= REUSE_SECONDS or cached[1] > start:
+                try:
+                    listing: list[FalRequestRecord] | GatewayError = await history.succeeded_since(start)
+                except GatewayError as exc:  # a history that hangs holds the next lookups up once, not each
+                    listing = exc
+                cached = self._listing = (time.monotonic(), start, listing)
+            if isinstance(cached[2], GatewayError):
+                raise cached[2]
+            return cached[2]
 
 
 def _sent(record: FalRequestRecord) -> float:

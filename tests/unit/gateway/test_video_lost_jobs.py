@@ -122,7 +122,9 @@ def test_a_history_that_cannot_be_read_finds_nothing(tmp_path: Path) -> None:
         store = SqliteTaskStore(tmp_path / "tasks.sqlite3")
         history = History(listed("job-1", 0.2))
         history.down = True
-        assert await finder_on(store, history).find(lost()) is None
+        finder = finder_on(store, history)
+        assert await finder.find(lost()) is None
+        assert await finder.find(lost()) is None and len(history.starts) == 1  # the failure serves a while too
         assert await finder_on(store, None).find(lost()) is None  # no history configured: not asked
         await store.aclose()
 
