@@ -49,6 +49,7 @@ from gateway.settings import Settings
 from gateway.tasks.stores import build_task_store
 from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.fal import FalQueueClient
+from gateway.upstreams.fal_history import FalRequestHistory
 from gateway.upstreams.llm import LLMClient
 from gateway.upstreams.triton import TritonClient
 from gateway.upstreams.webhooks import FalWebhookVerifier, WebhookUrls
@@ -108,6 +109,17 @@ async def video_service(settings: Settings, redis: RedisConnection | None) -> As
                 user_agent=f"ai-gateway ({owner})",  # tells the upstream (and the tests) which replica calls
             )
         )
+        history = None
+        if config.platform_url:
+            history = await stack.enter_async_context(
+                FalRequestHistory(
+                    config.platform_url,
+                    config.api_key,
+                    config.model_path,
+                    timeout_seconds=config.platform_timeout_seconds,
+                    user_agent=f"ai-gateway ({owner})",
+                )
+            )
         verifier = await stack.enter_async_context(
             FalWebhookVerifier(
                 config.webhook_jwks_url,
@@ -139,10 +151,12 @@ async def video_service(settings: Settings, redis: RedisConnection | None) -> As
             lease_seconds=tasks.lease_seconds,
             scan_interval_seconds=tasks.scan_interval_seconds,
             max_concurrent_submits=config.max_concurrent_submits,
-            unknown_submit_wait_seconds=config.unknown_submit_wait_seconds if public_url else 0.0,
+            unknown_submit_wait_seconds=config.unknown_submit_wait_seconds if public_url or history else 0.0,
+            lost_job_lookup_seconds=config.lost_job_lookup_seconds,
+            submit_call_seconds=config.connect_timeout_seconds + config.read_timeout_seconds,
         )
         ledger = TaskLedger(store, retention_seconds=tasks.retention_seconds)
-        runner = VideoTaskRunner(ledger, client, quota, webhook_urls, runner_config, owner=owner)
+        runner = VideoTaskRunner(ledger, client, quota, webhook_urls, runner_config, owner=owner, history=history)
         await runner.start()  # also without a key: unfinished tasks still time out and expire
         stack.push_async_callback(runner.aclose)
         yield VideoService(

@@ -128,6 +128,11 @@ VIDEO_CALLBACKS = Counter("gateway_image_callbacks_total", "Webhook calls receiv
 VIDEO_ORPHAN_JOBS = Counter(
     "gateway_image_orphan_jobs_total", "Upstream jobs found running for a task that tracks another one; cancelled."
 )
+VIDEO_LOST_JOB_LOOKUPS = Counter(
+    "gateway_image_lost_job_lookups_total",
+    "Lookups in fal's request history for the job of a submit whose answer was lost, by result.",
+    ["result"],
+)  # result: found (adopted) | not_found (looked again later, or submitted again) | unavailable (as not_found)
 VIDEO_TASKS_COMPLETED_BY_POLLING = Counter(
     "gateway_image_tasks_completed_by_polling_total", "Tasks whose webhook never came: their end was found by polling."
 )

@@ -374,11 +374,28 @@ class VideoSettings(BaseSettings):
     unknown_submit_wait_seconds: float = Field(
         60.0,
         ge=0,
-        description="With webhooks (GATEWAY_PUBLIC_URL), how long a task whose submit call was cut off (the "
-        "gateway died during it, or it timed out) waits for its job's webhook before it is submitted again. "
-        "Longer: fewer paid duplicates when fal had the job (its webhook adopts it); shorter: a submit that "
-        "never reached fal is retried sooner. A job whose webhook comes later is cancelled. Without webhooks "
-        "nothing can reveal such a job and the task is submitted again once its lease lapses.",
+        description="How long a task whose submit call was cut off (the gateway died during it, or it timed out) "
+        "waits for its job to show itself, by its webhook (GATEWAY_PUBLIC_URL) or in fal's request history "
+        "(PIKA_PLATFORM_URL), before it is submitted again; the job is then adopted. fal lists a job only once "
+        "it has ended, so without webhooks this should cover most jobs' run (about the p95 of "
+        "gateway_image_task_duration_seconds); a job that ends later is paid twice, and a submit that never "
+        "reached fal waits this long once. The default leaves half of PIKA_TASK_TIMEOUT_SECONDS for the new "
+        "attempt. A job whose webhook comes later is cancelled. With neither webhooks nor a history nothing can "
+        "reveal such a job, and the task is submitted again once its lease lapses.",
+    )
+    platform_url: str = Field(
+        "https://api.fal.ai",
+        description="fal's Platform API, whose request history (/v1/models/requests/by-endpoint, same key) "
+        "names the job of a submit whose answer was lost; empty: not used.",
+    )
+    platform_timeout_seconds: float = Field(
+        5.0, gt=0, description="Deadline of one history lookup, pages included; past it the task waits on."
+    )
+    lost_job_lookup_seconds: float = Field(
+        10.0,
+        gt=0,
+        description="Between history lookups for a task waiting on a submit of unknown outcome (one listing "
+        "serves all tasks looking at once). Lower: a lost job is adopted sooner, more Platform API calls.",
     )
     task_timeout_seconds: float = Field(
         120.0, description="A task not finished this long after it was accepted fails with reason 'timeout'."

@@ -35,6 +35,7 @@ def gateway_env(pika: Endpoint, redis_url: str | None, *, job_seconds: float = J
         "PIKA_BASE_URL": pika.base_url,
         "PIKA_API_KEY": API_KEY,
         "PIKA_WEBHOOK_JWKS_URL": f"{pika.base_url}/.well-known/jwks.json",
+        "PIKA_PLATFORM_URL": pika.base_url,  # the request history (read only after a lost submit answer)
         "PIKA_SUBMITS_PER_SECOND": "5000",
         "PIKA_MAX_CONCURRENT_SUBMITS": "16",
         "PIKA_CALLBACK_GRACE_SECONDS": f"{job_seconds + GRACE_AFTER_JOB_SECONDS:g}",

@@ -20,6 +20,7 @@ from typing import Protocol
 from gateway import metrics
 from gateway.quota.base import QuotaLimiter
 from gateway.services.video_ledger import TaskLedger
+from gateway.services.video_lost_jobs import CLOCK_SLACK_SECONDS, LostJobFinder, RequestHistory
 from gateway.services.video_poller import StatusQueue, VideoPoller
 from gateway.services.video_reaper import CancelQueue, VideoReaper
 from gateway.services.video_steps import RunnerConfig, TaskSteps
@@ -48,7 +49,10 @@ class VideoTaskRunner:
         config: RunnerConfig,
         *,
         owner: str,
+        history: RequestHistory | None = None,
     ) -> None:
+        """`history`: fal's request history, where the job of a submit whose answer was lost can be found
+        (`LostJobFinder`); None: only its webhook can name it."""
         self._ledger = ledger
         self._scan_interval = config.scan_interval_seconds
         self._steps = TaskSteps()
@@ -61,6 +65,16 @@ class VideoTaskRunner:
             self._steps,
             self.reaper,
             config,
+            LostJobFinder(
+                history,
+                ledger,
+                submit_call_seconds=config.submit_call_seconds,
+                # Past every lookup that may match the job: those of attempts begun within a call's time of it.
+                claim_seconds=config.unknown_submit_wait_seconds
+                + config.submit_call_seconds
+                + config.lease_seconds
+                + 2 * CLOCK_SLACK_SECONDS,
+            ),
             owner=owner,
         )
         self.poller = VideoPoller(ledger, upstream, config, owner=owner)

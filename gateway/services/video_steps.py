@@ -36,9 +36,11 @@ class RunnerConfig:
     max_concurrent_submits: int = 4
     retry_initial_seconds: float = 1.0
     retry_max_seconds: float = 30.0
-    # A task whose submit call was cut off (crash, timeout) waits this long for the job's webhook before it is
-    # submitted again; 0 without webhooks, where nothing can reveal the job.
+    # A task whose submit call was cut off (crash, timeout) waits this long for the job's webhook, or its entry in
+    # fal's request history, before it is submitted again; 0 with neither, where nothing can reveal the job.
     unknown_submit_wait_seconds: float = 0.0
+    lost_job_lookup_seconds: float = 10.0  # between lookups in the history meanwhile
+    submit_call_seconds: float = 35.0  # the longest one submit call takes (connect and read deadlines)
 
 
 class TaskSteps:

@@ -10,8 +10,10 @@ fal's queue takes no idempotency key, so a submit whose answer is lost (the proc
 or the call times out) leaves a job the task may never hear of. Each call is therefore recorded before it
 is made (`Task.attempt`, `Task.submitting_since`) and the attempt's number is in the job's webhook URL. A
 task found with an attempt of unknown outcome is not submitted again until `unknown_submit_wait_seconds`
-after that call began: the job's webhook, if fal has the job, adopts it meanwhile (`adopt`). A job of an
-attempt that is no longer current, found by its webhook later, is cancelled (`VideoService.handle_callback`).
+after that call began: the job's webhook, if fal has the job, adopts it meanwhile (`adopt`), and so does fal's
+request history once the job has ended there (`LostJobFinder`, looked up every `lost_job_lookup_seconds` meanwhile
+and once more before the new attempt). A job of an attempt that is no longer current, found by its webhook later,
+is cancelled (`VideoService.handle_callback`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gateway import metrics
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.quota.base import QuotaLimiter
 from gateway.services.video_ledger import TaskLedger
+from gateway.services.video_lost_jobs import LostJobFinder
 from gateway.services.video_reaper import VideoReaper
 from gateway.services.video_steps import RunnerConfig, TaskSteps, backoff
 from gateway.tasks.base import Lease, TaskStoreError
@@ -60,11 +63,13 @@ class VideoSubmitter:
         steps: TaskSteps,
         reaper: VideoReaper,
         config: RunnerConfig,
+        finder: LostJobFinder,
         *,
         owner: str,
     ) -> None:
         self._ledger = ledger
         self._upstream = upstream
+        self._finder = finder
         self._quota = quota
         self._webhook_urls = webhook_urls
         self._steps = steps
@@ -138,9 +143,14 @@ class VideoSubmitter:
             if now >= task.deadline_at:
                 await self._reaper.time_out(task_id)
                 return
-            if task.submitting_since is not None and now < self._resume_at(task):
-                await self._ledger.change(task_id, self._wait_for_unknown, known=task)
-                return  # its job's webhook may still come and adopt it
+            if task.submitting_since is not None:
+                adopted = await self._adopt_lost_job(task)
+                if adopted is not None:
+                    still_pending = adopted.state == TaskState.PENDING
+                    return
+                if now < self._resume_at(task):
+                    await self._ledger.change(task_id, self._wait_for_unknown, known=task)
+                    return  # its job's webhook (or its entry in the history) may still come and adopt it
             still_pending = (await self._submit_pending(task, lease, leased_at)).state == TaskState.PENDING
         finally:
             # Only a pending task is ever submitted: a lease on one that has moved on guards nothing, and
@@ -230,6 +240,9 @@ class VideoSubmitter:
             # The task ended while this job was being submitted (cancel, timeout, or the webhook of an
             # earlier submission): nobody tracks this job, so stop it.
             self._reaper.cancel_job(task.id, submission.cancel_url)
+        elif self._finder.enabled:  # no other task with the same arguments may adopt it from the history
+            with suppress(GatewayError):  # unclaimed, it may at worst be shared: never run twice
+                await self._finder.claim(task.id, submission.request_id)
         return stored
 
     def adopt(self, task: Task, request_id: str) -> Task:
@@ -238,13 +251,33 @@ class VideoSubmitter:
         now = self._ledger.clock()
         return self._record(task, self._upstream.submission_of(request_id), now, self._config.callback_grace_seconds)
 
+    async def _adopt_lost_job(self, task: Task) -> Task | None:
+        """`task` with the job of its current attempt found in fal's request history (the stored task), or None
+        when none is found (yet). The job has ended there: it is polled at once."""
+        request_id = await self._finder.find(task)
+        if request_id is None:
+            return None
+        attempt = task.attempt
+
+        def adopted(current: Task) -> Task | None:
+            if current.state != TaskState.PENDING or current.attempt != attempt or current.submitting_since is None:
+                return None
+            now = self._ledger.clock()
+            return self._record(current, self._upstream.submission_of(request_id), now, 0.0)
+
+        stored, changed = await self._ledger.change(task.id, adopted, known=task)
+        if changed:
+            log.info("image task adopted its lost job from the upstream's history", extra={"task_id": task.id})
+        return stored
+
     def _start_attempt(self, task: Task) -> Task | None:
         """The record of a submit call about to be made, written before it (see the module docstring); the next
-        scan after a crash comes no sooner than the wait for its webhook, nor while its lease may be held."""
+        scan after a crash comes no sooner than its first look for the job (`_next_look`), nor while its lease may
+        be held."""
         if task.state != TaskState.PENDING:
             return None
         now = self._ledger.clock()
-        hold = max(self._config.unknown_submit_wait_seconds, self._config.lease_seconds)
+        hold = max(self._next_look(now, now) - now, self._config.lease_seconds)
         return task.moved(
             TaskState.PENDING, now, attempt=task.attempt + 1, submitting_since=now, next_attempt_at=now + hold
         )
@@ -253,13 +286,22 @@ class VideoSubmitter:
         """When a task whose last submit's outcome is unknown may be submitted again."""
         return (task.submitting_since or 0.0) + self._config.unknown_submit_wait_seconds
 
+    def _next_look(self, since: float, now: float) -> float:
+        """When a task whose last submit (begun at `since`) has an unknown outcome is looked at next: the
+        history's next lookup, or when it may be submitted again (without a history, only then)."""
+        resume_at = since + self._config.unknown_submit_wait_seconds
+        if self._finder.enabled:
+            return min(resume_at, now + self._config.lost_job_lookup_seconds)
+        return resume_at
+
     def _wait_for_unknown(self, task: Task) -> Task | None:
         if task.state != TaskState.PENDING or task.submitting_since is None:
             return None
-        resume_at = self._resume_at(task)
-        if task.next_attempt_at is not None and task.next_attempt_at >= resume_at:
+        now = self._ledger.clock()
+        look_at = self._next_look(task.submitting_since, now)
+        if task.next_attempt_at is not None and task.next_attempt_at >= look_at:
             return None
-        return task.moved(TaskState.PENDING, self._ledger.clock(), next_attempt_at=resume_at)
+        return task.moved(TaskState.PENDING, now, next_attempt_at=look_at)
 
     def _accepted(self, task: Task, submission: FalSubmission, now: float, wait: float, *, attempt: int) -> Task | None:
         if task.state != TaskState.PENDING or task.attempt != attempt:
@@ -292,6 +334,6 @@ class VideoSubmitter:
             return None
         now = self._ledger.clock()
         delay = backoff(self._config.retry_initial_seconds, self._config.retry_max_seconds, task.submit_attempts)
-        if task.submitting_since is not None:  # a job may exist: its webhook gets its time first
-            delay = max(delay, self._resume_at(task) - now)
+        if task.submitting_since is not None:  # a job may exist: its webhook (or the history) gets its time first
+            delay = max(delay, self._next_look(task.submitting_since, now) - now)
         return task.moved(TaskState.PENDING, now, submit_attempts=task.submit_attempts + 1, next_attempt_at=now + delay)

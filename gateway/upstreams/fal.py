@@ -74,7 +74,7 @@ class FalStatus:
 
 
 @dataclass(frozen=True)
-class _Reply:
+class FalReply:
     """A whole upstream answer, read before the connection goes back to the pool."""
 
     status: int
@@ -126,7 +126,7 @@ class FalQueueClient:
         """Queue one generation; fal calls `webhook_url` (if given) when it finishes."""
         params = {"fal_webhook": webhook_url} if webhook_url else None
         reply = await self._send("POST", f"{self._base_url}/{self._model_path}", json_body=arguments, params=params)
-        payload = _json_object(reply, "submit")
+        payload = json_object(reply, "submit")
         fields = ("request_id", "status_url", "response_url", "cancel_url")
         missing = [name for name in fields if not isinstance(payload.get(name), str) or not payload.get(name)]
         if missing:
@@ -139,7 +139,7 @@ class FalQueueClient:
             if isinstance(submission_or_status_url, FalSubmission)
             else submission_or_status_url
         )
-        payload = _json_object(await self._send("GET", url), "status")
+        payload = json_object(await self._send("GET", url), "status")
         state = payload.get("status")
         if state not in _STATES:
             raise VideoUpstreamError(f"image upstream status {state!r} is not one of {', '.join(sorted(_STATES))}")
@@ -148,7 +148,7 @@ class FalQueueClient:
         return FalStatus(state=state, queue_position=queue_position)
 
     async def result(self, response_url: str) -> dict[str, Any]:
-        return _json_object(await self._send("GET", response_url), "result")
+        return json_object(await self._send("GET", response_url), "result")
 
     def submission_of(self, request_id: str) -> FalSubmission:
         """The URLs of job `request_id` known only by its id (from its webhook, when the submit answer was lost):
@@ -161,7 +161,7 @@ class FalQueueClient:
         """True when fal accepted the cancellation, False when the request had already completed."""
         reply = await self._send("PUT", cancel_url, accept={400})
         if reply.status == 400:
-            payload = _json_object(reply, "cancel")
+            payload = json_object(reply, "cancel")
             if payload.get("status") == "ALREADY_COMPLETED":
                 return False
             raise _error_of(reply, self._api_key)
@@ -175,23 +175,37 @@ class FalQueueClient:
         json_body: dict[str, Any] | None = None,
         params: dict[str, str] | None = None,
         accept: frozenset[int] | set[int] = frozenset(),
-    ) -> _Reply:
-        if self._api_key is None:
-            raise VideoNotConfiguredError(f"video generation is not configured: set {KEY_ENV}")
-        headers = {"Authorization": f"Key {self._api_key.get_secret_value()}"}
-        try:
-            async with self._pool.get().request(method, url, json=json_body, params=params, headers=headers) as answer:
-                reply = _Reply(answer.status, answer.reason or "", answer.headers, await answer.read())
-        except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
-            raise VideoTimeoutError("image upstream did not answer in time") from exc
-        except aiohttp.ClientError as exc:
-            raise VideoUnavailableError(f"image upstream unreachable: {type(exc).__name__}") from exc
-        if reply.status < 400 or reply.status in accept:
-            return reply
-        raise _error_of(reply, self._api_key)
+    ) -> FalReply:
+        return await fal_call(self._pool, self._api_key, method, url, json_body=json_body, params=params, accept=accept)
 
 
-def _json_object(reply: _Reply, what: str) -> dict[str, Any]:
+async def fal_call(
+    pool: PooledSession,
+    api_key: SecretStr | None,
+    method: str,
+    url: str,
+    *,
+    json_body: dict[str, Any] | None = None,
+    params: dict[str, str] | None = None,
+    accept: frozenset[int] | set[int] = frozenset(),
+) -> FalReply:
+    """One authenticated call to a fal API (the queue, the Platform API), read whole; errors in our classes."""
+    if api_key is None:
+        raise VideoNotConfiguredError(f"video generation is not configured: set {KEY_ENV}")
+    headers = {"Authorization": f"Key {api_key.get_secret_value()}"}
+    try:
+        async with pool.get().request(method, url, json=json_body, params=params, headers=headers) as answer:
+            reply = FalReply(answer.status, answer.reason or "", answer.headers, await answer.read())
+    except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
+        raise VideoTimeoutError("image upstream did not answer in time") from exc
+    except aiohttp.ClientError as exc:
+        raise VideoUnavailableError(f"image upstream unreachable: {type(exc).__name__}") from exc
+    if reply.status < 400 or reply.status in accept:
+        return reply
+    raise _error_of(reply, api_key)
+
+
+def json_object(reply: FalReply, what: str) -> dict[str, Any]:
     try:
         payload = json.loads(reply.body)
     except ValueError as exc:
@@ -201,7 +215,7 @@ def _json_object(reply: _Reply, what: str) -> dict[str, Any]:
     return payload
 
 
-def _error_of(reply: _Reply, api_key: SecretStr | None) -> GatewayError:
+def _error_of(reply: FalReply, api_key: SecretStr | None) -> GatewayError:
     """fal's error in our classes; its message passes through (an echoed key redacted), our credentials never do."""
     try:
         payload = json.loads(reply.body)

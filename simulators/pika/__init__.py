@@ -19,6 +19,9 @@ It speaks the real protocol:
   `X-Fal-Webhook-Request-Id`, `-User-Id`, `-Timestamp` (unix seconds) and `-Signature`: the hex Ed25519
   signature of `"\\n".join([request_id, user_id, timestamp, sha256_hex(raw_body)])` (see `webhook_message`).
 - `GET /.well-known/jwks.json` publishes the simulator's Ed25519 public key (`kid` "sim-1").
+- `GET /v1/models/requests/by-endpoint` is fal's Platform API request history (on api.fal.ai there; here beside the
+  queue, same key): the ended jobs of an endpoint, paginated, with their input and output under `expand=payloads`
+  (see `platform`).
 
 On request it misbehaves: slow submits, slow or failing (503) status calls, failed jobs (`failure_rate`,
 `fail_next`), lost webhooks, duplicated webhooks, a stale copy sent after the final webhook (`out_of_order`),
@@ -29,8 +32,8 @@ receiver fails or answers non-2xx.
 `PikaSimulatorStats` (`app.state.stats`) records what happened.
 
 The modules: `config` (what to simulate), `stats` (what happened), `jobs` (one job, its states and result),
-`fal_queue` (the jobs' lives and the random faults), `webhooks` (signing, the JWKS, delivery), `app` (the routes
-and `create_pika_simulator`).
+`fal_queue` (the jobs' lives and the random faults), `webhooks` (signing, the JWKS, delivery), `platform` (the
+request history), `app` (the routes and `create_pika_simulator`).
 
 Standalone: `python -m simulators.pika --host 127.0.0.1 --port 9200 --job-seconds 5` (`__main__`).
 """

@@ -1,4 +1,5 @@
-"""The simulated fal queue's HTTP routes (submit, status, result, cancel, the JWKS) and the app."""
+"""The simulated fal queue's HTTP routes (submit, status, result, cancel, the JWKS), the Platform API's request
+history, and the app."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from fastapi.responses import JSONResponse, Response
 from simulators.pika.config import PikaSimulatorConfig
 from simulators.pika.fal_queue import FalQueue
 from simulators.pika.jobs import CANCELLED, COMPLETED, FAILED, IN_PROGRESS, IN_QUEUE, Job
+from simulators.pika.platform import PATH as HISTORY_PATH
+from simulators.pika.platform import InvalidQueryError, history_page
 from simulators.pika.webhooks import JWKS_PATH, public_jwk
 from simulators.serve import simulator_app
 
@@ -124,15 +127,29 @@ async def submit(request: Request, model_path: str) -> JSONResponse:
     segments = [segment for segment in model_path.split("/") if segment]
     if len(segments) < 2:
         raise _FalError(404, f"unknown app {model_path!r}: expected owner/app[/path]")
+    sent_at = time.time()
     body = await _submitted_body(request)
     await asyncio.sleep(simulator.config.submit_delay_seconds)
     webhook_url = request.query_params.get("fal_webhook")
-    job = simulator.submit("/".join(segments[:2]), "/".join(segments), body, webhook_url)
+    job = simulator.submit("/".join(segments[:2]), "/".join(segments), body, webhook_url, sent_at)
     simulator.stats.last_request = body
     simulator.stats.last_headers = dict(request.headers)
     base = str(request.base_url).rstrip("/")
     answer = {"request_id": job.request_id, **_urls(base, job), "queue_position": simulator.queue_position(job)}
     return JSONResponse(answer)
+
+
+async def requests_by_endpoint(request: Request) -> JSONResponse:
+    """fal's Platform API request history (`platform.history_page`), with the queue's key."""
+    simulator = _authorized(request)
+    simulator.stats.history_calls += 1
+    query: dict[str, list[str]] = {}
+    for name, value in request.query_params.multi_items():
+        query.setdefault(name, []).append(value)
+    try:
+        return JSONResponse(history_page(list(simulator.jobs.values()), query))
+    except InvalidQueryError as exc:
+        raise _FalError(422, [{"loc": ["query", str(exc).split(":")[0]], "msg": str(exc)}]) from exc
 
 
 def create_pika_simulator(config: PikaSimulatorConfig | None = None) -> FastAPI:
@@ -149,6 +166,7 @@ def create_pika_simulator(config: PikaSimulatorConfig | None = None) -> FastAPI:
     app = simulator_app("Pika (fal) simulator", simulator, lifespan)
     app.state.signing_key = simulator.webhooks.signing_key
     app.add_api_route(JWKS_PATH, jwks, methods=["GET"])
+    app.add_api_route(HISTORY_PATH, requests_by_endpoint, methods=["GET"])  # before the queue's request routes
     app.add_api_route("/{owner}/{app}/requests/{request_id}/status", status, methods=["GET"])
     app.add_api_route("/{owner}/{app}/requests/{request_id}/cancel", cancel, methods=["PUT"])
     app.add_api_route("/{owner}/{app}/requests/{request_id}", response, methods=["GET"])

@@ -43,8 +43,11 @@ class FalQueue:
         self.stats.unauthorized += 1
         return False
 
-    def submit(self, app_id: str, model_path: str, body: dict[str, Any], webhook_url: str | None) -> Job:
-        """Queue a job, with its faults rolled from the config as it is now, and start its life."""
+    def submit(
+        self, app_id: str, model_path: str, body: dict[str, Any], webhook_url: str | None, sent_at: float
+    ) -> Job:
+        """Queue a job (its submit came in at `sent_at`, Unix seconds), with its faults rolled from the config as
+        it is now, and start its life."""
         config = copy.copy(self.config)
         will_fail = config.fail_next > 0 or self.roll(config.failure_rate)
         if self.config.fail_next > 0:
@@ -57,6 +60,7 @@ class FalQueue:
             webhook_url=webhook_url,
             config=config,
             submitted_at=time.monotonic(),
+            sent_at=sent_at,
             will_fail=will_fail,
             lose_callback=self.roll(config.callback_loss_rate),
         )
@@ -104,6 +108,10 @@ class FalQueue:
         self.stats.jobs_by_state[job.state] -= 1
         self.stats.jobs_by_state[state] += 1
         job.state = state
+        if state == IN_PROGRESS:
+            job.started_at = time.time()
+        elif job.ended:
+            job.ended_at = time.time()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

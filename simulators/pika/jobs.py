@@ -24,12 +24,15 @@ class Job:
     webhook_url: str | None
     config: PikaSimulatorConfig  # a copy, as it was at submission
     submitted_at: float  # monotonic
+    sent_at: float  # Unix seconds, when the submit came in (the request history's times are wall-clock)
     will_fail: bool
     lose_callback: bool
     state: str = IN_QUEUE
     result: dict[str, Any] | None = None
     error: str | None = None
     cancel_requested: bool = False
+    started_at: float | None = None  # Unix seconds, when it went IN_PROGRESS
+    ended_at: float | None = None  # Unix seconds, when it ended (the request history lists it from then)
 
     @property
     def ended(self) -> bool:

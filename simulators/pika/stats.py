@@ -20,6 +20,7 @@ class PikaSimulatorStats:
     cancels: int = 0  # cancel requests, accepted or not
     cancelled_requests: list[str] = field(default_factory=list)  # the request id of each cancel request
     unauthorized: int = 0  # 401 answers
+    history_calls: int = 0  # Platform API request history pages asked for
     callbacks_sent: int = 0  # deliveries the receiver accepted (2xx), duplicates and stale copies included
     callbacks_failed: int = 0  # deliveries that failed every attempt
     callbacks_lost: int = 0  # webhooks dropped on purpose (callback_loss_rate)

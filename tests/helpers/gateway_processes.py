@@ -131,6 +131,7 @@ def pika_variables(simulator: RunningPikaSimulator, **overrides: str) -> dict[st
         "PIKA_API_KEY": KEY,
         "PIKA_BASE_URL": simulator.base_url,
         "PIKA_WEBHOOK_JWKS_URL": simulator.jwks_url,
+        "PIKA_PLATFORM_URL": simulator.base_url,  # fal's request history, served beside the queue
         **overrides,
     }
 

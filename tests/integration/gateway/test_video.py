@@ -64,6 +64,7 @@ def start_image_gateway(
         "base_url": simulator.base_url,
         "api_key": SecretStr(KEY),
         "webhook_jwks_url": simulator.jwks_url,
+        "platform_url": simulator.base_url,
         "poll_initial_seconds": 0.1,
         "poll_max_seconds": 0.5,
         **image_overrides,
