@@ -123,7 +123,7 @@ def test_requests_succeed_while_redis_is_down_and_the_cache_comes_back(
     assert down.headers["x-cache"] == "miss"
     ready = http.get(f"{gateway.base_url}/readyz").json()
     # the cache serves without Redis; image tasks (stored there too) are unavailable; neither makes it unready
-    checks = {"triton": "ok", "cache": "degraded", "tasks": "unavailable", "redis": "degraded"}
+    checks = {"triton": "ok", "cache": "degraded", "tasks": "unavailable", "redis": "degraded", "search": "ok"}
     assert ready == {"ready": True, "checks": checks}
     assert (
         'gateway_cache_errors_total{cache="embedding",operation="get"}' in http.get(f"{gateway.base_url}/metrics").text

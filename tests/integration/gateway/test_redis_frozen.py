@@ -101,7 +101,13 @@ def test_a_frozen_redis_slows_only_the_request_that_found_it_frozen(
         finally:
             own_redis.thaw()
         deadline = time.monotonic() + 10 * BACKOFF
-        while readiness(http, gateway)[0]["checks"] != {"triton": "ok", "cache": "ok", "tasks": "ok", "redis": "ok"}:
+        while readiness(http, gateway)[0]["checks"] != {
+            "triton": "ok",
+            "cache": "ok",
+            "tasks": "ok",
+            "redis": "ok",
+            "search": "ok",
+        }:
             assert time.monotonic() < deadline, "the Redis circuit did not close after SIGCONT"
             traffic.one()
             time.sleep(0.05)
@@ -114,7 +120,7 @@ def test_a_frozen_redis_slows_only_the_request_that_found_it_frozen(
     assert max(seconds for _, seconds in frozen) < 2 * TIMEOUT + 1.0  # the call deadline, with room for a busy host
     assert ready == {
         "ready": True,
-        "checks": {"triton": "ok", "cache": "degraded", "tasks": "unavailable", "redis": "degraded"},
+        "checks": {"triton": "ok", "cache": "degraded", "tasks": "unavailable", "redis": "degraded", "search": "ok"},
     }
     assert ready_seconds < TIMEOUT  # from the circuit's last known state, never waiting on Redis
     assert 'gateway_redis_circuit_open{client="redis"} 1.0' in metrics

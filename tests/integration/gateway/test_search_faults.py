@@ -71,7 +71,10 @@ def test_queries_get_the_model_instruction_and_a_cached_query_outlives_triton(
     error(upsert(http, gateway, "served", [{"id": "new", "text": "a text never seen"}]), 503)
     assert http.get(f"{gateway.base_url}/v1/collections/served").json()["documents"] == len(PASSAGES)
     ready = http.get(f"{gateway.base_url}/readyz")
-    assert ready.status_code == 503 and ready.json()["checks"]["search"] == "ok"
+    assert (
+        ready.status_code == 200
+        and ready.json()["checks"] | {"triton": "degraded", "search": "ok"} == ready.json()["checks"]
+    )
 
 
 @pytest.mark.parametrize("store", ["milvus", "embedded"])
