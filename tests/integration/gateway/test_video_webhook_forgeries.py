@@ -27,13 +27,19 @@ pytestmark = pytest.mark.slow
 
 KEY = "fal-key-secret"
 NO_TRITON = "127.0.0.1:9"
-FORGED_HEADERS = {
-    "Content-Type": "application/json",
-    "X-Fal-Webhook-Request-Id": "req-forged",
-    "X-Fal-Webhook-User-Id": "someone",
-    "X-Fal-Webhook-Timestamp": str(int(time.time())),
-    "X-Fal-Webhook-Signature": "ab" * 64,  # garbage
-}
+
+
+def forged_headers() -> dict[str, str]:
+    """A fresh timestamp each time: only the signature is wrong, however long the suite has run."""
+    return {
+        "Content-Type": "application/json",
+        "X-Fal-Webhook-Request-Id": "req-forged",
+        "X-Fal-Webhook-User-Id": "someone",
+        "X-Fal-Webhook-Timestamp": str(int(time.time())),
+        "X-Fal-Webhook-Signature": "ab" * 64,  # garbage
+    }
+
+
 FORGED_BODY = b'{"request_id": "req-forged", "status": "OK", "payload": {"video": {"url": "https://evil/x.mp4"}}}'
 
 
@@ -84,7 +90,7 @@ def start_gateway(factory: Callable[..., RunningGateway], jwks_url: str) -> Runn
 
 def forge(http: httpx.Client, gateway: RunningGateway, query: str = "") -> httpx.Response:
     return http.post(
-        f"{gateway.base_url}/v1/callbacks/pika/task_victim{query}", content=FORGED_BODY, headers=FORGED_HEADERS
+        f"{gateway.base_url}/v1/callbacks/pika/task_victim{query}", content=FORGED_BODY, headers=forged_headers()
     )
 
 
