@@ -177,7 +177,7 @@ def replica_name() -> str:
 
 
 def shared_redis(settings: Settings) -> RedisConnection | None:
-    """The one Redis connection (client and circuit) of the caches, quotas and task store, if Redis is set."""
+    """The one Redis connection (client and circuit) of the caches, quotas, task store, keys and usage record."""
     url, config = settings.redis.url_value(), settings.redis
     if url is None:
         return None
@@ -197,7 +197,10 @@ def semantic_index(settings: Settings, embedder: TextEmbedder, redis: RedisConne
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
     """The gateway app. Tests may pass their own `embedder` (anything with the `Embedder` methods)."""
-    keys = KeyServices(settings)
+    # Built with the app, not in its lifespan: the key middleware needs the gatekeeper, whose limits and key
+    # store use this connection's circuit like every other Redis user. The lifespan closes it.
+    redis = shared_redis(settings)
+    keys = KeyServices(settings, redis)
     in_flight = InFlightLimit(settings.limits.max_in_flight)  # REST and gRPC: one budget
     watchers = watcher_limit(settings.limits.max_task_watchers)
 
@@ -213,9 +216,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 client = TritonClient(settings.triton)
                 stack.push_async_callback(client.aclose)
                 triton = CoalescingEmbedder(client, max_in_flight=settings.triton.max_in_flight_calls)
-            redis = app.state.redis = shared_redis(settings)
+            app.state.redis = redis
             if redis is not None:
-                stack.push_async_callback(redis.aclose)  # after every user of it has closed
+                stack.push_async_callback(redis.aclose)  # the client closes once every user of it has closed
             cache = None
             if redis is not None or settings.cache.embedding_cache_mb > 0:
                 cache = EmbeddingCache(
