@@ -26,7 +26,7 @@ from gateway.cache.semantic import (
 )
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
-from gateway.grpc.metered import MeteredChat, MeteredEmbeddings, MeteredVideo
+from gateway.grpc.metered import MeteredChat, MeteredEmbeddings, MeteredSearch, MeteredVideo
 from gateway.grpc.server import connection_age, create_grpc_server
 from gateway.keys.middleware import KeyMiddleware
 from gateway.keys.services import KeyServices
@@ -230,8 +230,11 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             app.state.embeddings = service
             app.state.chat = await stack.enter_async_context(chat_service(settings, service, redis))
             app.state.video = await stack.enter_async_context(video_service(settings, redis))
-            vector_store = build_vector_store(settings.search)
-            stack.push_async_callback(vector_store.aclose)
+            vector_store = build_vector_store(settings.search)  # opens nothing yet: a bad folder degrades search
+            if vector_store is not None:
+                stack.push_async_callback(vector_store.aclose)
+            else:
+                log.info("semantic search is disabled (SEARCH_ENABLED=false)")
             app.state.search = SearchService(vector_store, service, settings.limits)
             app.state.models = ModelsService(
                 triton,
@@ -247,7 +250,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 chat=MeteredChat(app.state.chat, keys.gatekeeper, keys.usage),
                 video=MeteredVideo(app.state.video, keys.gatekeeper, keys.usage, settings.video.model_path),
                 models=app.state.models,
-                search=app.state.search,
+                search=MeteredSearch(vector_store, service, settings.limits, keys.usage),
                 in_flight=in_flight,
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,
