@@ -1,6 +1,7 @@
 """Semantic search joined to the rest of the gateway: its upserts and queries on the usage record with their
-cost (REST and gRPC), the `search` scope (REST and gRPC), SEARCH_ENABLED=false, and an embedded store whose
-folder cannot be made (the gateway starts, search alone is degraded). Real gateway, real Triton."""
+cost (REST and gRPC), the `search` scope and requests per minute (REST and gRPC), SEARCH_ENABLED=false, and an
+embedded store whose folder cannot be made (the gateway starts, search alone is degraded). Real gateway, real
+Triton."""
 
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ pytestmark = pytest.mark.slow
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # what the test Triton serves
 SEARCHER = "sk-search-usage-searcher-0001"
 EMBEDDER = "sk-search-usage-embedder-0002"
+LIMITED = "sk-search-usage-limited-0003"
 KEYS = f"""
 keys:
   - {{name: searcher, team: search, secret: {SEARCHER}, scopes: [search]}}
   - {{name: embedder, team: search, secret: {EMBEDDER}, scopes: [embeddings]}}
+  - {{name: limited, team: other, secret: {LIMITED}, scopes: [search], limits: {{requests_per_minute: {{search: 1}}}}}}
 """
 PRICE_PER_1000_TOKENS = 2.0
 
@@ -120,6 +123,19 @@ def test_a_key_without_the_search_scope_is_refused_over_rest_and_grpc(
         with pytest.raises(grpc.RpcError) as listed:
             stub.ListCollections(gateway_pb2.ListCollectionsRequest(), metadata=grpc_auth(EMBEDDER))
         assert listed.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_a_keys_search_requests_per_minute_hold(keyed: RunningGateway, http: httpx.Client) -> None:
+    assert http.get(url(keyed, ""), headers=bearer(LIMITED)).status_code == 200
+    refused = http.get(url(keyed, ""), headers=bearer(LIMITED))
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert "requests per minute" in refused.json()["error"]["message"] and int(refused.headers["retry-after"]) >= 1
+    with grpc.insecure_channel(keyed.grpc_target) as channel, pytest.raises(grpc.RpcError) as over:
+        gateway_pb2_grpc.SearchStub(channel).ListCollections(
+            gateway_pb2.ListCollectionsRequest(), metadata=grpc_auth(LIMITED)
+        )
+    assert over.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert http.get(url(keyed, ""), headers=bearer(SEARCHER)).status_code == 200  # another key, other limits
 
 
 def test_with_search_disabled_no_store_is_opened_and_search_answers_503_search_disabled(
