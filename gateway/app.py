@@ -26,7 +26,7 @@ from gateway.cache.semantic import (
 )
 from gateway.cache.stores import build_store
 from gateway.errors import install_error_handlers
-from gateway.grpc.metered import MeteredChat, MeteredEmbeddings, MeteredVideo
+from gateway.grpc.metered import MeteredChat, MeteredEmbeddings, MeteredSearch, MeteredVideo
 from gateway.grpc.server import connection_age, create_grpc_server
 from gateway.keys.middleware import KeyMiddleware
 from gateway.keys.services import KeyServices
@@ -177,7 +177,7 @@ def replica_name() -> str:
 
 
 def shared_redis(settings: Settings) -> RedisConnection | None:
-    """The one Redis connection (client and circuit) of the caches, quotas and task store, if Redis is set."""
+    """The one Redis connection (client and circuit) of the caches, quotas, task store, keys and usage record."""
     url, config = settings.redis.url_value(), settings.redis
     if url is None:
         return None
@@ -197,7 +197,10 @@ def semantic_index(settings: Settings, embedder: TextEmbedder, redis: RedisConne
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
     """The gateway app. Tests may pass their own `embedder` (anything with the `Embedder` methods)."""
-    keys = KeyServices(settings)
+    # Built with the app, not in its lifespan: the key middleware needs the gatekeeper, whose limits and key
+    # store use this connection's circuit like every other Redis user. The lifespan closes it.
+    redis = shared_redis(settings)
+    keys = KeyServices(settings, redis)
     in_flight = InFlightLimit(settings.limits.max_in_flight)  # REST and gRPC: one budget
     watchers = watcher_limit(settings.limits.max_task_watchers)
 
@@ -213,9 +216,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 client = TritonClient(settings.triton)
                 stack.push_async_callback(client.aclose)
                 triton = CoalescingEmbedder(client, max_in_flight=settings.triton.max_in_flight_calls)
-            redis = app.state.redis = shared_redis(settings)
+            app.state.redis = redis
             if redis is not None:
-                stack.push_async_callback(redis.aclose)  # after every user of it has closed
+                stack.push_async_callback(redis.aclose)  # the client closes once every user of it has closed
             cache = None
             if redis is not None or settings.cache.embedding_cache_mb > 0:
                 cache = EmbeddingCache(
@@ -227,8 +230,11 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             app.state.embeddings = service
             app.state.chat = await stack.enter_async_context(chat_service(settings, service, redis))
             app.state.video = await stack.enter_async_context(video_service(settings, redis))
-            vector_store = build_vector_store(settings.search)
-            stack.push_async_callback(vector_store.aclose)
+            vector_store = build_vector_store(settings.search)  # opens nothing yet: a bad folder degrades search
+            if vector_store is not None:
+                stack.push_async_callback(vector_store.aclose)
+            else:
+                log.info("semantic search is disabled (SEARCH_ENABLED=false)")
             app.state.search = SearchService(vector_store, service, settings.limits)
             app.state.models = ModelsService(
                 triton,
@@ -244,7 +250,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 chat=MeteredChat(app.state.chat, keys.gatekeeper, keys.usage),
                 video=MeteredVideo(app.state.video, keys.gatekeeper, keys.usage, settings.video.model_path),
                 models=app.state.models,
-                search=app.state.search,
+                search=MeteredSearch(vector_store, service, settings.limits, keys.usage),
                 in_flight=in_flight,
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,

@@ -134,7 +134,8 @@ class RedisCircuit:
             metrics.REDIS_CIRCUIT_OPEN.labels(client=self.name).set(1)
             log.warning(
                 "Redis (client %s) does not answer (%s: %s); skipping it for %g s windows (caches miss, quotas "
-                "limit this replica alone, tasks answer 503) until a probe succeeds",
+                "and key limits limit this replica alone, tasks answer 503, usage records are not stored, the "
+                "keys in force stay) until a probe succeeds",
                 self.name,
                 type(exc).__name__,
                 exc,

@@ -446,10 +446,16 @@ class SearchSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SEARCH_", frozen=True)
 
+    enabled: bool = Field(
+        True,
+        description="Serve semantic search (/v1/collections, gRPC Search). false: no store is opened, those answer "
+        "503 `search_disabled` (gRPC UNAVAILABLE) and /readyz reports search `disabled`.",
+    )
     path: str = Field(
         ".run/search/",
         description="Folder of the embedded vector store (Qdrant Edge, in this process) when SEARCH_MILVUS_URI is "
-        "unset; keep it on a persistent volume. One process owns it: run one replica, or use Milvus.",
+        "unset; keep it on a persistent volume. One process owns it: run one replica, or use Milvus. A folder that "
+        "cannot be made or read leaves the gateway up and search alone degraded (503 `search_store_unavailable`).",
     )
     milvus_uri: str | None = Field(
         None,

@@ -1,10 +1,10 @@
 """The backends the gRPC servicers are given, with the caller's key around each call, as the REST routes do:
-chat tokens and stream slots, videos per day, and the usage record. The key is the one the interceptor found
-for this call (`gateway.keys.context.CURRENT_KEY`)."""
+chat tokens and stream slots, videos per day, and the usage record (search upserts and queries included). The
+key is the one the interceptor found for this call (`gateway.keys.context.CURRENT_KEY`)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -14,8 +14,11 @@ from gateway.keys.gatekeeper import Gatekeeper
 from gateway.keys.model import ApiKey
 from gateway.keys.resolver import ANONYMOUS
 from gateway.protocol.video import ImageGenerationRequest
+from gateway.search.store import VectorStore
 from gateway.services.chat import CacheResult, estimate_tokens
-from gateway.services.embeddings import EmbeddingResult, InputType
+from gateway.services.embeddings import EmbeddingResult, EmbeddingService, InputType
+from gateway.services.search import NewDocument, SearchResult, SearchService, UpsertResult
+from gateway.settings import LimitSettings
 from gateway.tasks.model import Task
 from gateway.usage.metering import metered_stream
 from gateway.usage.record import Usage, video_usage
@@ -99,3 +102,23 @@ class MeteredVideo:
 
     async def watch(self, task_id: str) -> AsyncGenerator[Task, None]:
         return await self._backend.watch(task_id)
+
+
+class MeteredSearch(SearchService):
+    """The search service whose upserts and searches go on the caller's usage record, as the REST routes'."""
+
+    def __init__(
+        self, store: VectorStore | None, embeddings: EmbeddingService, limits: LimitSettings, usage: UsageRecorder
+    ) -> None:
+        super().__init__(store, embeddings, limits)
+        self._usage = usage
+
+    async def upsert(self, name: str, documents: Sequence[NewDocument], *, use_cache: bool = True) -> UpsertResult:
+        result = await super().upsert(name, documents, use_cache=use_cache)
+        self._usage.record(current_key(), result.model, result.usage)
+        return result
+
+    async def search(self, name: str, query: str, **options: Any) -> SearchResult:
+        result = await super().search(name, query, **options)
+        self._usage.record(current_key(), result.model, result.usage)
+        return result

@@ -11,9 +11,9 @@ import math
 import time
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from gateway.redis_client import REDIS_FAILURES, redis_client
+from gateway.redis_client import REDIS_FAILURES, RedisConnection
 
 log = logging.getLogger(__name__)
 
@@ -128,28 +128,26 @@ def _lua(name: str) -> str:
 
 class RedisKeyLimiter:
     """The checks on Redis' clock, shared by every replica. While Redis fails, each replica limits alone
-    (`LocalKeyLimiter`), logged once per outage: a dead Redis must not fail requests."""
+    (`LocalKeyLimiter`), logged once per outage: a dead Redis must not fail requests. Calls go through the
+    circuit of `redis` (the process's shared `RedisConnection`, or a URL for one of its own): while it is open
+    the checks are local at once, so a frozen Redis slows only the requests already waiting on it."""
 
-    def __init__(self, url: str, timeout_seconds: float = 0.25, backoff_seconds: float = 1.0) -> None:
-        self._client = redis_client(url, timeout_seconds)
-        self._admit = self._client.register_script(_lua("admit"))
-        self._release = self._client.register_script(_lua("release"))
+    def __init__(self, redis: str | RedisConnection, timeout_seconds: float = 0.25, backoff_seconds: float = 1.0):
+        self._redis = RedisConnection.shared(redis, timeout_seconds=timeout_seconds, backoff_seconds=backoff_seconds)
+        self._admit = self._redis.client.register_script(_lua("admit"))
+        self._release = self._redis.client.register_script(_lua("release"))
         self._fallback = LocalKeyLimiter()
-        self._backoff = backoff_seconds
-        self._retry_at = -math.inf
         self._degraded = False
 
     def __repr__(self) -> str:
         return "RedisKeyLimiter()"  # no URL: it may hold a password
 
     async def admit(self, checks: list[Check]) -> Refusal | None:
-        if time.monotonic() < self._retry_at:
-            return await self._fallback.admit(checks)
         args: list[str | int | float] = []
         for check in checks:
             args += [check.kind, check.a, check.b, check.c]
         try:
-            reply = await self._admit(keys=[c.key for c in checks], args=args)
+            reply: Any = await self._redis.call(lambda: self._admit(keys=[c.key for c in checks], args=args))
         except REDIS_FAILURES as exc:
             self._fall_back(exc)
             return await self._fallback.admit(checks)
@@ -166,7 +164,7 @@ class RedisKeyLimiter:
         for check in entries:
             args += [check.kind, check.a if check.kind == "tokens" else check.b, correction(check, actual_tokens)]
         try:
-            await self._release(keys=[c.key for c in entries], args=args)
+            await self._redis.call(lambda: self._release(keys=[c.key for c in entries], args=args))
         except REDIS_FAILURES as exc:  # the slot's lease frees it; the bucket refills on its own
             self._fall_back(exc)
             await self._fallback.release(checks, actual_tokens)
@@ -175,18 +173,18 @@ class RedisKeyLimiter:
         """Spend is added by the usage store's record script in Redis (once per request id)."""
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._redis.aclose()
 
     def _fall_back(self, exc: BaseException) -> None:
-        self._retry_at = time.monotonic() + self._backoff
+        """Logged at DEBUG: the Redis circuit logs the outage once for every user."""
         if not self._degraded:
             self._degraded = True
-            log.warning("key limits: Redis unreachable (%s); limiting this replica alone", type(exc).__name__)
+            log.debug("key limits: Redis unreachable (%s); limiting this replica alone", type(exc).__name__)
 
     def _recovered(self) -> None:
         if self._degraded:
             self._degraded = False
-            log.warning("key limits: Redis answers again; limits are shared across replicas")
+            log.debug("key limits: Redis answers again; limits are shared across replicas")
 
 
 def correction(check: Check, actual_tokens: int | None) -> int:

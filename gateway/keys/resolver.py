@@ -21,7 +21,7 @@ from gateway.auth import bearer_token
 from gateway.errors import AuthenticationError, GatewayError
 from gateway.keys.keys_file import KeysFileError, parse_keys_file
 from gateway.keys.model import ALL_SCOPES, NO_LIMITS, UNNAMED_TEAM, ApiKey, KeyLimits, hash_secret, key_id_for
-from gateway.keys.store import KeyStore
+from gateway.keys.store import KeyStore, KeyStoreOutageError
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,9 @@ class KeyResolver:
                 return False
             stored = await self._store.load()
         except GatewayError as exc:
-            self._failed("store", f"key store unreadable, the previous keys stay: {exc}")
+            # A Redis outage is logged once by the Redis circuit, for all its users.
+            level = logging.DEBUG if isinstance(exc, KeyStoreOutageError) else logging.WARNING
+            self._failed("store", f"key store unreadable, the previous keys stay: {exc}", level=level)
             return False
         self._store_keys, self._store_teams, self._store_version = stored.keys, stored.teams, stored.version
         self._recovered("store", None)
@@ -190,14 +192,14 @@ class KeyResolver:
         self._team_names = frozenset(self._teams) | {key.team for key in keys}
         self._enabled = bool(self._by_hash) or self._file is not None
 
-    def _failed(self, source: str, message: str, *, force: bool = False) -> None:
+    def _failed(self, source: str, message: str, *, force: bool = False, level: int = logging.WARNING) -> None:
         if force or source not in self._failing:
-            log.warning(message)
+            log.log(level, message)
         self._failing.add(source)
 
     def _recovered(self, source: str, message: str | None) -> None:
         if message is not None:
             log.info(message)
         elif source in self._failing:
-            log.warning("key store readable again")
+            log.info("key store readable again")
         self._failing.discard(source)

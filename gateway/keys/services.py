@@ -1,5 +1,6 @@
 """The keys, their limits and the usage record, built from the settings: Redis-backed when REDIS_URL is set
-(shared by every replica), else SQLite and in-process state (one replica)."""
+(shared by every replica, through the process's one `RedisConnection` and its circuit), else SQLite and
+in-process state (one replica)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from gateway.keys.gatekeeper import Gatekeeper
 from gateway.keys.limiter import KeyLimiter, LocalKeyLimiter, RedisKeyLimiter
 from gateway.keys.resolver import KeyResolver, env_keys
 from gateway.keys.store import build_key_store
+from gateway.redis_client import RedisConnection
 from gateway.settings import Settings
 from gateway.usage.pricing import PriceTable
 from gateway.usage.recorder import UsageRecorder
@@ -19,21 +21,21 @@ from gateway.usage.store import SqliteUsageStore, build_usage_store
 
 class KeyServices:
     """Built when the app is (the middleware needs the gatekeeper); `start()` loads the keys and starts their
-    refreshes, `aclose()` stops them and closes the stores."""
+    refreshes, `aclose()` stops them and closes the stores. `redis` is the process's shared connection (None
+    without REDIS_URL)."""
 
-    def __init__(self, settings: Settings) -> None:
-        redis_url = settings.redis.url_value()
+    def __init__(self, settings: Settings, redis: RedisConnection | None) -> None:
         auth = settings.auth
         self.resolver = KeyResolver(
             env_keys(auth.keys()),
             keys_file=auth.keys_file,
-            store=build_key_store(redis_url, auth.keys_sqlite_path),
+            store=build_key_store(redis, auth.keys_sqlite_path),
             refresh_seconds=auth.keys_refresh_seconds,
         )
-        self.limiter: KeyLimiter = RedisKeyLimiter(redis_url) if redis_url else LocalKeyLimiter()
+        self.limiter: KeyLimiter = RedisKeyLimiter(redis) if redis else LocalKeyLimiter()
         self.gatekeeper = Gatekeeper(self.resolver, self.limiter)
         self.admin = KeyAdmin(self.resolver)
-        store = build_usage_store(redis_url, settings.usage.usage_sqlite_path)
+        store = build_usage_store(redis, settings.usage.usage_sqlite_path)
         self.usage = UsageRecorder(store, PriceTable(settings.usage.prices), self.limiter, self.resolver)
 
     async def start(self) -> None:

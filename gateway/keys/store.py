@@ -11,12 +11,12 @@ import sqlite3
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.errors import UpstreamUnavailableError
 from gateway.keys.model import ApiKey, KeyLimits
 from gateway.keys.names import PREFIX
-from gateway.redis_client import REDIS_FAILURES, redis_client
+from gateway.redis_client import OUTAGES, REDIS_FAILURES, RedisConnection
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,10 @@ class StoredKeys:
 
 class KeyStoreUnavailableError(UpstreamUnavailableError):
     """The key store could not be read or written (the admin API answers 503; lookups keep the last copy)."""
+
+
+class KeyStoreOutageError(KeyStoreUnavailableError):
+    """Redis does not answer (or its circuit is open): the Redis circuit has logged the outage already."""
 
 
 class KeyStore(Protocol):
@@ -43,10 +47,13 @@ class KeyStore(Protocol):
 
 
 class RedisKeyStore:
-    """Hashes `<prefix>records` (id -> record JSON) and `<prefix>teams`, and `<prefix>version` (random per write)."""
+    """Hashes `<prefix>records` (id -> record JSON) and `<prefix>teams`, and `<prefix>version` (random per write).
+    Calls go through the circuit of `redis` (the process's shared `RedisConnection`, or a URL for one of its
+    own): while it is open they fail at once, and the resolver keeps the keys it holds."""
 
-    def __init__(self, url: str, timeout_seconds: float = 0.25, prefix: str = PREFIX) -> None:
-        self._client = redis_client(url, timeout_seconds)
+    def __init__(self, redis: str | RedisConnection, timeout_seconds: float = 0.25, prefix: str = PREFIX) -> None:
+        self._redis = RedisConnection.shared(redis, timeout_seconds=timeout_seconds)
+        self._client = self._redis.client
         self._records, self._teams, self._version = prefix + "records", prefix + "teams", prefix + "version"
 
     def __repr__(self) -> str:
@@ -54,25 +61,28 @@ class RedisKeyStore:
 
     async def version(self) -> str:
         try:
-            value = await self._client.get(self._version)
+            value = await self._redis.call(lambda: self._client.get(self._version))
         except REDIS_FAILURES as exc:
-            raise KeyStoreUnavailableError("key store (Redis) unreachable", detail=str(exc)) from None
+            raise _unavailable(exc) from None
         return _text(value)
 
     async def load(self) -> StoredKeys:
         try:
-            async with self._client.pipeline(transaction=True) as pipe:
-                pipe.get(self._version)
-                pipe.hgetall(self._records)
-                pipe.hgetall(self._teams)
-                version, records, teams = await pipe.execute()
+            version, records, teams = await self._redis.call(self._read_all)
         except REDIS_FAILURES as exc:
-            raise KeyStoreUnavailableError("key store (Redis) unreachable", detail=str(exc)) from None
+            raise _unavailable(exc) from None
         return StoredKeys(
             [ApiKey.from_record(json.loads(raw)) for raw in records.values()],
             {name.decode(): KeyLimits.model_validate_json(raw) for name, raw in teams.items()},
             _text(version),
         )
+
+    async def _read_all(self) -> list[Any]:
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.get(self._version)
+            pipe.hgetall(self._records)
+            pipe.hgetall(self._teams)
+            return await pipe.execute()
 
     async def put_key(self, key: ApiKey) -> None:
         await self._write(self._records, key.id, json.dumps(key.to_record()))
@@ -81,18 +91,26 @@ class RedisKeyStore:
         await self._write(self._teams, team, limits.model_dump_json(exclude_none=True))
 
     async def _write(self, hash_name: str, field: str, value: str) -> None:
-        try:
+        async def write() -> None:
             async with self._client.pipeline(transaction=True) as pipe:
                 pipe.hset(hash_name, field, value)
-                # A new random version, not a counter: after Redis loses its data a counter would repeat a value
-                # the replicas already hold, and they would not reload.
+                # A new random version, not a counter: after Redis loses its data a counter would repeat a
+                # value the replicas already hold, and they would not reload.
                 pipe.set(self._version, uuid.uuid4().hex)
                 await pipe.execute()
+
+        try:
+            await self._redis.call(write)
         except REDIS_FAILURES as exc:
-            raise KeyStoreUnavailableError("key store (Redis) unreachable", detail=str(exc)) from None
+            raise _unavailable(exc) from None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._redis.aclose()
+
+
+def _unavailable(exc: BaseException) -> KeyStoreUnavailableError:
+    error = KeyStoreOutageError if isinstance(exc, OUTAGES) else KeyStoreUnavailableError
+    return error("key store (Redis) unreachable", detail=str(exc))
 
 
 def _text(value: bytes | str | None) -> str:
@@ -154,8 +172,8 @@ class SqliteKeyStore:
             self._db = None
 
 
-def build_key_store(redis_url: str | None, sqlite_path: str) -> KeyStore:
+def build_key_store(redis: RedisConnection | None, sqlite_path: str) -> KeyStore:
     """Redis when configured (shared by every replica), else SQLite at `sqlite_path` (one process)."""
-    if redis_url is not None:
-        return RedisKeyStore(redis_url)
+    if redis is not None:
+        return RedisKeyStore(redis)
     return SqliteKeyStore(sqlite_path)

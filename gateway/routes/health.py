@@ -35,7 +35,7 @@ async def readyz(request: Request) -> JSONResponse:
     redis = request.app.state.redis  # its last known state: readiness never waits on Redis
     if redis is not None:
         checks["redis"] = "ok" if redis.known_up() else "degraded"
-    checks["search"] = "ok" if await search_service(request).ready() else "degraded"
+    checks["search"] = await search_service(request).readiness()
     return JSONResponse({"ready": True, "checks": checks})
 
 

@@ -1,11 +1,12 @@
 """Semantic search: /v1/collections (create, list, get, delete), its documents (upsert, get, delete, bulk
-delete) and POST /v1/collections/{name}/search."""
+delete) and POST /v1/collections/{name}/search. Upserts and searches go on the caller's usage record (documents,
+queries, embedding tokens) and answer `X-Request-Cost` when the embedding model has a price."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Path, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
 
 from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.search import (
@@ -28,19 +29,26 @@ from gateway.protocol.search import (
 from gateway.routes.cache_control import cache_allowed
 from gateway.search.documents import Collection, Document
 from gateway.services.search import NewDocument, SearchService
-
-router = APIRouter(tags=["search"])
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 413, 429, 503, 504)
-}
-NAME = Path(description="The collection's name.", max_length=200)
-DOCUMENT_ID = Path(description="The document's id.", max_length=1000)
+from gateway.usage.hooks import record_usage
 
 
 def search_service(request: Request) -> SearchService:
     service: SearchService = request.app.state.search
     return service
+
+
+def search_enabled(request: Request) -> None:
+    """503 `search_disabled` before anything else, the request's body included, when search is off."""
+    search_service(request).check_enabled()
+
+
+router = APIRouter(tags=["search"], dependencies=[Depends(search_enabled)])
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 429, 503, 504)
+}
+NAME = Path(description="The collection's name.", max_length=200)
+DOCUMENT_ID = Path(description="The document's id.", max_length=1000)
 
 
 @router.post("/v1/collections", status_code=201, response_model=CollectionObject, responses=ERRORS)
@@ -66,9 +74,12 @@ async def delete_collection(request: Request, name: str = NAME) -> CollectionDel
 
 
 @router.post("/v1/collections/{name}/documents", response_model=UpsertResponse, responses=ERRORS)
-async def upsert_documents(body: UpsertRequest, request: Request, name: str = NAME) -> UpsertResponse:
+async def upsert_documents(
+    body: UpsertRequest, request: Request, response: Response, name: str = NAME
+) -> UpsertResponse:
     documents = [NewDocument(d.id, d.text, dict(d.metadata)) for d in body.documents]
     result = await search_service(request).upsert(name, documents, use_cache=cache_allowed(request))
+    response.headers.update(record_usage(request, result.model, result.usage))
     truncated = set(result.truncated)
     return UpsertResponse(
         data=[UpsertedDocument(id=i, truncated=i in truncated) for i in result.ids],
@@ -94,7 +105,7 @@ async def delete_document(request: Request, name: str = NAME, document_id: str =
 
 
 @router.post("/v1/collections/{name}/search", response_model=SearchResponse, responses=ERRORS)
-async def search(body: SearchRequest, request: Request, name: str = NAME) -> SearchResponse:
+async def search(body: SearchRequest, request: Request, response: Response, name: str = NAME) -> SearchResponse:
     result = await search_service(request).search(
         name,
         body.query,
@@ -103,6 +114,7 @@ async def search(body: SearchRequest, request: Request, name: str = NAME) -> Sea
         min_score=body.min_score,
         use_cache=cache_allowed(request),
     )
+    response.headers.update(record_usage(request, result.model, result.usage))
     return SearchResponse(
         query=body.query,
         data=[SearchHit(id=h.id, score=h.score, text=h.text, metadata=h.metadata) for h in result.hits],

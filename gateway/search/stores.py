@@ -1,4 +1,5 @@
-"""Choose the vector store from the settings: Milvus when SEARCH_MILVUS_URI is set, else the embedded one."""
+"""Choose the vector store from the settings: Milvus when SEARCH_MILVUS_URI is set, else the embedded one; none
+when search is disabled."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from gateway.search.store import VectorStore
 from gateway.settings import SearchSettings
 
 
-def build_vector_store(settings: SearchSettings) -> VectorStore:
+def build_vector_store(settings: SearchSettings) -> VectorStore | None:
+    if not settings.enabled:
+        return None
     if settings.milvus_uri:
         return MilvusStore(
             settings.milvus_uri,

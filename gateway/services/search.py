@@ -2,7 +2,8 @@
 searches by meaning with metadata filters, over one `VectorStore`.
 
 A collection remembers the model and revision its vectors came from; while another revision is served, its
-upserts and searches answer 409 (vectors of two revisions are never compared or mixed).
+upserts and searches answer 409 (vectors of two revisions are never compared or mixed). With search turned off
+(SEARCH_ENABLED=false) there is no store and every call answers 503 `search_disabled` before any other work.
 """
 
 from __future__ import annotations
@@ -11,11 +12,17 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
-from gateway.errors import ConflictError, InvalidRequestError, NotFoundError, PayloadTooLargeError
+from gateway.errors import (
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    UpstreamUnavailableError,
+)
 from gateway.protocol.unicode import has_lone_surrogate, is_blank
 from gateway.search.documents import (
     Collection,
@@ -30,6 +37,7 @@ from gateway.search.store import DocumentWrite, VectorStore
 from gateway.services.embeddings import EmbeddingService
 from gateway.settings import LimitSettings
 from gateway.upstreams.triton import ModelInfo
+from gateway.usage.record import Usage
 
 MAX_DOCUMENTS_PER_CALL = 1000
 MAX_TOP_K = 100
@@ -50,6 +58,11 @@ class UpsertResult:
     ids: list[str]  # in request order, each once
     prompt_tokens: int
     truncated: list[str]  # ids of documents whose text was cut at the model's maximum tokens
+    model: str  # the embedding model, what the usage record counts it under
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(search_documents=len(self.ids), embedding_texts=len(self.ids), embedding_tokens=self.prompt_tokens)
 
 
 @dataclass(frozen=True)
@@ -57,28 +70,58 @@ class SearchResult:
     hits: list[Hit]
     prompt_tokens: int
     cached: bool  # the query's embedding came from the cache
+    model: str
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(search_queries=1, embedding_texts=1, embedding_tokens=self.prompt_tokens)
+
+
+class SearchDisabledError(UpstreamUnavailableError):
+    """Search is turned off on this gateway: a setting, not an outage (gRPC UNAVAILABLE, as every 503)."""
+
+    code = "search_disabled"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "semantic search is disabled on this gateway; set SEARCH_ENABLED=true (Helm: search.enabled=true, "
+            "with search.milvusUri or a persistent search.path) to serve /v1/collections"
+        )
 
 
 class SearchService:
-    def __init__(self, store: VectorStore, embeddings: EmbeddingService, limits: LimitSettings) -> None:
-        self._store = store
+    """`store` None: search is disabled."""
+
+    def __init__(self, store: VectorStore | None, embeddings: EmbeddingService, limits: LimitSettings) -> None:
+        self._backend = store
         self._embeddings = embeddings
         self._limits = limits
 
-    @property
-    def store_name(self) -> str:
-        return self._store.name
+    def check_enabled(self) -> None:
+        """Raise `SearchDisabledError` when search is disabled (the REST routes call it before reading a body)."""
+        if self._backend is None:
+            raise SearchDisabledError()
 
-    async def ready(self) -> bool:
+    @property
+    def _store(self) -> VectorStore:
+        if self._backend is None:
+            raise SearchDisabledError()
+        return self._backend
+
+    async def readiness(self) -> Literal["ok", "degraded", "disabled"]:
         """Whether the store answers within a second (readiness probes must not hang on a dead Milvus)."""
+        if self._backend is None:
+            return "disabled"
         try:
-            return await asyncio.wait_for(self._store.ready(), READY_TIMEOUT_SECONDS)
+            ready = await asyncio.wait_for(self._backend.ready(), READY_TIMEOUT_SECONDS)
         except TimeoutError:
-            return False
+            ready = False
+        return "ok" if ready else "degraded"
 
     async def create_collection(
         self, name: str, query_instruction: str | None, metadata: dict[str, Any] | None
     ) -> Collection:
+        store = self._store
         check_collection_name(name)
         if query_instruction is not None and len(query_instruction) > MAX_QUERY_INSTRUCTION_CHARS:
             raise InvalidRequestError(
@@ -92,21 +135,24 @@ class SearchService:
         collection = Collection(
             name, info.name, info.revision, info.dimension, int(time.time()), query_instruction, metadata or {}
         )
-        await self._store.create_collection(collection)
+        await store.create_collection(collection)
         return collection
 
     async def get_collection(self, name: str) -> Collection:
+        store = self._store
         check_collection_name(name)
-        return await self._store.get_collection(name)
+        return await store.get_collection(name)
 
     async def list_collections(self) -> list[Collection]:
         return await self._store.list_collections()
 
     async def delete_collection(self, name: str) -> None:
+        store = self._store
         check_collection_name(name)
-        await self._store.delete_collection(name)
+        await store.delete_collection(name)
 
     async def upsert(self, name: str, documents: Sequence[NewDocument], *, use_cache: bool = True) -> UpsertResult:
+        store = self._store
         check_collection_name(name)
         if not documents:
             raise InvalidRequestError("documents must hold at least one document", param="documents")
@@ -122,26 +168,29 @@ class SearchService:
         writes = [
             DocumentWrite(d.id, d.text, d.metadata, vector) for d, vector in zip(unique, result.vectors, strict=True)
         ]
-        await self._store.upsert(name, writes, int(time.time()))
+        await store.upsert(name, writes, int(time.time()))
         cut = [d.id for d, truncated in zip(unique, result.truncated, strict=True) if truncated]
-        return UpsertResult([d.id for d in unique], result.prompt_tokens, cut)
+        return UpsertResult([d.id for d in unique], result.prompt_tokens, cut, result.model)
 
     async def get_document(self, name: str, document_id: str) -> Document:
+        store = self._store
         check_collection_name(name)
         check_document_id(document_id)
-        found = await self._store.get_documents(name, [document_id])
+        found = await store.get_documents(name, [document_id])
         if not found:
             raise DocumentNotFoundError(name, document_id)
         return found[0]
 
     async def delete_document(self, name: str, document_id: str) -> None:
+        store = self._store
         check_collection_name(name)
         check_document_id(document_id)
-        if not await self._store.delete_documents(name, [document_id]):
+        if not await store.delete_documents(name, [document_id]):
             raise DocumentNotFoundError(name, document_id)
 
     async def delete_documents(self, name: str, ids: list[str] | None, where: object | None) -> int:
         """By ids or by a filter (exactly one of them); answers how many documents were deleted."""
+        store = self._store
         check_collection_name(name)
         if (ids is None) == (where is None):
             raise InvalidRequestError("send either ids or filter", param="ids")
@@ -152,8 +201,8 @@ class SearchService:
                 )
             for index, document_id in enumerate(ids):
                 check_document_id(document_id, f"ids[{index}]")
-            return await self._store.delete_documents(name, ids) if ids else 0
-        return await self._store.delete_matching(name, parse_filter(where))
+            return await store.delete_documents(name, ids) if ids else 0
+        return await store.delete_matching(name, parse_filter(where))
 
     async def search(
         self,
@@ -165,6 +214,7 @@ class SearchService:
         min_score: float | None = None,
         use_cache: bool = True,
     ) -> SearchResult:
+        store = self._store
         check_collection_name(name)
         if not 1 <= top_k <= MAX_TOP_K:
             raise InvalidRequestError(f"top_k is 1 to {MAX_TOP_K}, got {top_k}", param="top_k")
@@ -174,8 +224,8 @@ class SearchService:
         result = await self._embeddings.embed(
             [query], use_cache=use_cache, input_type="query", instruction=collection.query_instruction
         )
-        hits = await self._store.search(name, result.vectors[0], top_k, parsed, min_score)
-        return SearchResult(hits, result.prompt_tokens, result.cache == "hit")
+        hits = await store.search(name, result.vectors[0], top_k, parsed, min_score)
+        return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model)
 
     async def _current(self, name: str) -> Collection:
         """The collection, if its vectors come from the model served now (else 409: re-index)."""

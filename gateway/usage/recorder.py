@@ -14,10 +14,10 @@ from gateway.keys import names
 from gateway.keys.limiter import KeyLimiter
 from gateway.keys.model import ApiKey
 from gateway.keys.resolver import KeyResolver
-from gateway.redis_client import REDIS_FAILURES
+from gateway.redis_client import OUTAGES, REDIS_FAILURES
 from gateway.usage.pricing import PriceTable
 from gateway.usage.record import Usage
-from gateway.usage.store import UsageEntry, UsageStore
+from gateway.usage.store import RedisUsageStore, UsageEntry, UsageStore
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,10 @@ class UsageRecorder:
         except (*REDIS_FAILURES, OSError, ValueError, sqlite3.Error) as exc:
             metrics.USAGE_WRITE_ERRORS.inc()
             if not self._failing:
-                log.warning("usage records not stored (%s); requests are still answered", type(exc).__name__)
+                # A Redis outage (or its open circuit) is logged once by the Redis circuit, for all its users.
+                outage = isinstance(self.store, RedisUsageStore) and isinstance(exc, OUTAGES)
+                level = logging.DEBUG if outage else logging.WARNING
+                log.log(level, "usage records not stored (%s); requests are still answered", type(exc).__name__)
             self._failing = True
             return
         self._failing = False

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from gateway.errors import UpstreamUnavailableError
 from gateway.keys.names import PREFIX, key_subject, spend_key, team_subject
-from gateway.redis_client import REDIS_FAILURES, redis_client
+from gateway.redis_client import REDIS_FAILURES, RedisConnection
 from gateway.usage.record import COUNTERS, Usage
 
 SEEN_SECONDS = 2 * 86400  # how long a request id is remembered: longer than any retry of its write
@@ -62,10 +62,13 @@ def _days(start: date, end: date) -> list[str]:
 
 
 class RedisUsageStore:
-    """Per day a set of `key_id\\tmodel` members and a hash of counters for each (`lua/record.lua`)."""
+    """Per day a set of `key_id\\tmodel` members and a hash of counters for each (`lua/record.lua`). Calls go
+    through the circuit of `redis` (the process's shared `RedisConnection`, or a URL for one of its own): while
+    it is open a record fails at once, as on any Redis failure (the recorder counts and logs it)."""
 
-    def __init__(self, url: str, timeout_seconds: float = 0.25) -> None:
-        self._client = redis_client(url, timeout_seconds)
+    def __init__(self, redis: str | RedisConnection, timeout_seconds: float = 0.25) -> None:
+        self._redis = RedisConnection.shared(redis, timeout_seconds=timeout_seconds)
+        self._client = self._redis.client
         script = files("gateway.usage").joinpath("lua").joinpath("record.lua").read_text(encoding="utf-8")
         self._record = self._client.register_script(script)
 
@@ -94,11 +97,11 @@ class RedisUsageStore:
         for name, value in usage.counters().items():
             if value:
                 args += [name, value]
-        return bool(await self._record(keys=keys, args=args))
+        return bool(await self._redis.call(lambda: self._record(keys=keys, args=args)))
 
     async def rows(self, start: date, end: date) -> list[UsageRow]:
         try:
-            return await self._rows(start, end)
+            return await self._redis.call(lambda: self._rows(start, end))
         except REDIS_FAILURES as exc:
             raise UpstreamUnavailableError("usage store (Redis) unreachable; retry shortly", detail=str(exc)) from None
 
@@ -122,7 +125,7 @@ class RedisUsageStore:
         return rows
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._redis.aclose()
 
 
 _COLUMNS = ", ".join(f"{name} REAL NOT NULL DEFAULT 0" for name in COUNTERS)
@@ -199,7 +202,7 @@ class SqliteUsageStore:
             self._db = None
 
 
-def build_usage_store(redis_url: str | None, sqlite_path: str) -> UsageStore:
-    if redis_url is not None:
-        return RedisUsageStore(redis_url)
+def build_usage_store(redis: RedisConnection | None, sqlite_path: str) -> UsageStore:
+    if redis is not None:
+        return RedisUsageStore(redis)
     return SqliteUsageStore(sqlite_path)

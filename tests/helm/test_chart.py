@@ -27,10 +27,21 @@ RELEASE = "ai"
 SCENARIOS = ["default", *sorted(p.stem.removesuffix("-values") for p in (CHART / "ci").glob("*-values.yaml"))]
 # Kinds from CRDs that kubernetes-validate has no schema for; their shape is checked by the tests below.
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
-SECRET_LIKE = re.compile(r"KEY|PASSWORD|PASSWD|SECRET|TOKEN$|CREDENTIAL|AUTHORIZATION|HEADERS|REDIS_URL", re.IGNORECASE)
+SECRET_LIKE = re.compile(
+    r"API_KEY|_KEY$|_KEY_|PASSWORD|PASSWD|SECRET|TOKEN$|CREDENTIAL|AUTHORIZATION|HEADERS|REDIS_URL", re.IGNORECASE
+)
 # Settings whose default is "unset" (None): the chart leaves them out unless gateway.extraConfig sets them.
 # GATEWAY_PUBLIC_URL is rendered only when the ingress (or gateway.config) gives the gateway a public address.
-UNSET_BY_DEFAULT = {"OTEL_EXPORTER_OTLP_ENDPOINT", "HUNYUAN_TOKENS_PER_MINUTE", "GATEWAY_PUBLIC_URL"}
+# GATEWAY_KEYS_FILE names a file the operator mounts; search's store settings are rendered with search.enabled.
+UNSET_BY_DEFAULT = {
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "HUNYUAN_TOKENS_PER_MINUTE",
+    "GATEWAY_PUBLIC_URL",
+    "GATEWAY_KEYS_FILE",
+    "SEARCH_MILVUS_URI",
+    "SEARCH_MILVUS_TOKEN",
+    "SEARCH_PATH",
+}
 # Keys the gateway reads from its Secret (the chart's, or gateway.existingSecret).
 GATEWAY_SECRET_KEYS = {"GATEWAY_API_KEYS", "HUNYUAN_API_KEY", "PIKA_API_KEY"}
 

@@ -20,6 +20,7 @@ CHART_MANAGED = {
     "GATEWAY_GRPC_PORT",
     "TRITON_URL",
     "REDIS_URL",
+    "SEARCH_ENABLED",
     "SEARCH_MILVUS_URI",
     "SEARCH_MILVUS_TOKEN",
     "SEARCH_PATH",
@@ -280,6 +281,21 @@ def test_search_with_milvus_gets_its_uri_and_token_from_a_secret() -> None:
     )
     env = {e["name"]: e for e in container(by_name(manifests, "Deployment", "gateway"), "gateway")["env"]}
     assert env["SEARCH_MILVUS_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "milvus", "key": "token"}
+
+
+def test_search_is_off_unless_enabled_and_on_with_its_store_when_enabled() -> None:
+    """The default chart turns search off (no store opened, 503 `search_disabled`), rather than leaving each
+    replica the gateway's default: an embedded store of its own under a relative path."""
+    code, stderr, manifests = template()
+    assert code == 0, stderr
+    data = by_name(manifests, "ConfigMap", "gateway")["data"]
+    assert data["SEARCH_ENABLED"] == "false"
+    assert "SEARCH_PATH" not in data and "SEARCH_MILVUS_URI" not in data
+    code, stderr, manifests = template("--set", "search.enabled=true", "--set", "search.milvus.uri=http://m:19530")
+    assert code == 0, stderr
+    data = by_name(manifests, "ConfigMap", "gateway")["data"]
+    assert data["SEARCH_ENABLED"] == "true" and data["SEARCH_MILVUS_URI"] == "http://m:19530"
+    assert "SEARCH_ENABLED" in refused("--set-json", 'gateway.config={"SEARCH_ENABLED": "true"}')
 
 
 def test_embedded_search_is_refused_for_several_replicas() -> None:

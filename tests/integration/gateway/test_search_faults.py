@@ -70,11 +70,9 @@ def test_queries_get_the_model_instruction_and_a_cached_query_outlives_triton(
     error(search(http, gateway, "served", query="a query never seen"), 503)
     error(upsert(http, gateway, "served", [{"id": "new", "text": "a text never seen"}]), 503)
     assert http.get(f"{gateway.base_url}/v1/collections/served").json()["documents"] == len(PASSAGES)
-    ready = http.get(f"{gateway.base_url}/readyz")
-    assert (
-        ready.status_code == 200
-        and ready.json()["checks"] | {"triton": "degraded", "search": "ok"} == ready.json()["checks"]
-    )
+    ready = http.get(f"{gateway.base_url}/readyz")  # still ready: without Triton only uncached embeddings fail
+    checks = ready.json()["checks"]
+    assert ready.status_code == 200 and checks["triton"] == "degraded" and checks["search"] == "ok"
 
 
 @pytest.mark.parametrize("store", ["milvus", "embedded"])
