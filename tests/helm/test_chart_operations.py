@@ -9,7 +9,18 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helm.test_chart import CHART, RELEASE, SCENARIOS, SECRET_LIKE, container, helm, of_kind, one, render
+from tests.helm.test_chart import (
+    CHART,
+    NAMED_LIKE_SECRETS,
+    RELEASE,
+    SCENARIOS,
+    SECRET_LIKE,
+    container,
+    helm,
+    of_kind,
+    one,
+    render,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -24,6 +35,9 @@ CHART_MANAGED = {
     "SEARCH_MILVUS_URI",
     "SEARCH_MILVUS_TOKEN",
     "SEARCH_PATH",
+    "GATEWAY_KEYS_FILE",
+    "GATEWAY_KEYS_SQLITE_PATH",
+    "GATEWAY_USAGE_SQLITE_PATH",
 }
 NOT_READY_TRITON = ("--set", "triton.autoscaling.enabled=true")
 
@@ -365,5 +379,6 @@ def test_gateway_config_schema_lists_exactly_the_settings() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     config = schema["properties"]["gateway"]["properties"]["config"]
     assert config["additionalProperties"] is False
-    expected = {n for n in all_environment_variables() if n not in CHART_MANAGED and not SECRET_LIKE.search(n)}
+    settings = all_environment_variables() - CHART_MANAGED
+    expected = {n for n in settings if not SECRET_LIKE.search(n) or n in NAMED_LIKE_SECRETS}
     assert set(config["properties"]) == expected, "add the new setting to values.schema.json's gateway.config"

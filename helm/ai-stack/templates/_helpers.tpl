@@ -207,3 +207,12 @@ behavior:
 {{- default (printf "%s-tasks" (include "ai-stack.gateway.fullname" .)) $persistence.existingClaim }}
 {{- end }}
 {{- end }}
+
+{{/* Secret holding the keys file: gateway.keys.existingSecret, else the chart's when gateway.keys.file is set, else empty. */}}
+{{- define "ai-stack.gateway.keysSecretName" -}}
+{{- $keys := .Values.gateway.keys }}
+{{- if $keys.existingSecret }}{{ $keys.existingSecret }}{{ else if $keys.file }}{{ include "ai-stack.gateway.fullname" . }}-keys{{ end }}
+{{- end }}
+
+{{/* Folder the keys file's Secret is mounted at; GATEWAY_KEYS_FILE is keys.yaml in it. */}}
+{{- define "ai-stack.gateway.keysDir" -}}/etc/gateway/keys{{- end }}

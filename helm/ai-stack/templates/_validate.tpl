@@ -30,6 +30,14 @@ Deployment (a failure there fails the whole render). */}}
 {{- if and .Values.ingress.enabled (le $keepalive (float64 .Values.ingress.upstreamKeepaliveSeconds)) }}
 {{- fail (printf "GATEWAY_KEEPALIVE_SECONDS (%v) must exceed ingress.upstreamKeepaliveSeconds (%v): otherwise the gateway closes idle connections the proxy still sends on (sporadic 502)" $keepalive .Values.ingress.upstreamKeepaliveSeconds) }}
 {{- end }}
+{{- with index $config "GATEWAY_PRICES" }}
+{{- if not (regexMatch "^\\s*\\{" (toString .)) }}
+{{- fail "GATEWAY_PRICES must be a JSON object by model, e.g. '{\"hy3-preview\": {\"input\": 1.2, \"output\": 4.8}}' (docs/configuration.md)" }}
+{{- end }}
+{{- if hasKey (fromJson (toString .)) "Error" }}
+{{- fail "GATEWAY_PRICES is not valid JSON: e.g. '{\"hy3-preview\": {\"input\": 1.2, \"output\": 4.8}}' (docs/configuration.md)" }}
+{{- end }}
+{{- end }}
 {{- $search := .Values.search }}
 {{- if and $search.enabled (not $search.milvus.uri) }}
 {{- if or (ne $mode "off") (gt (int $gw.replicaCount) 1) }}
