@@ -1,8 +1,9 @@
 """Embedded vector engines at 100,000 documents: search latency (p50, p99) and recall@10 against exact search.
 
-    python -m bench.search.measure [--real 20000] [--total 100000] [--queries 300]
+    python -m bench.search.measure --data DIR [--real 20000] [--total 100000] [--queries 300]
 
-The documents are real sentences from `../shared/data` embedded by the INT8 ONNX graph Triton serves (run
+The documents are real sentences of labelled paraphrase pairs (`--data`: a folder holding en/mrpc_test.tsv and
+zh/lcqmc_test.tsv, as for `make eval-cache`) embedded by the INT8 ONNX graph Triton serves (run
 in-process here), topped up to `--total` with random unit vectors when fewer real ones are asked for (random
 vectors are the hard case for an ANN index). Each document gets a `bucket` 0-9; the filtered search asks for one
 bucket (a tenth of the documents). Queries are other real sentences. Recall@10 compares each engine's ten ids
@@ -27,23 +28,21 @@ os.environ.setdefault("LANCE_LOG", "error")  # lance warns on every search that 
 from bench.paths import ROOT
 from bench.search.engines import Engine, GatewayEmbeddedEngine, LanceEngine, QdrantEdgeEngine, Vectors
 
-# `../shared/data` from the main checkout; a worktree sits one folder deeper.
-DATA = next((p for p in (ROOT.parent / "shared/data", ROOT.parent.parent / "shared/data") if p.is_dir()), ROOT)
 TOP_K = 10
 
 
-def sentences() -> Iterator[tuple[str, str]]:
-    """(first, second) sentence of every pair in the labelled sets, in a fixed order."""
-    for path in sorted(Path(DATA).glob("*/*.tsv")):
+def sentences(data: Path) -> Iterator[tuple[str, str]]:
+    """(first, second) sentence of every pair in the labelled sets under `data`, in a fixed order."""
+    for path in sorted(data.glob("*/*.tsv")):
         for line in path.read_text(encoding="utf-8").splitlines()[1:]:
             fields = line.split("\t")
             if len(fields) >= 2:
                 yield fields[0], fields[1]
 
 
-def corpus_and_queries(real: int, queries: int) -> tuple[list[str], list[str]]:
+def corpus_and_queries(data: Path, real: int, queries: int) -> tuple[list[str], list[str]]:
     """Queries: the first sentence of `queries` shuffled pairs; documents: every other distinct sentence."""
-    pairs = list(sentences())
+    pairs = list(sentences(data))
     random.Random(7).shuffle(pairs)
     asked = list(dict.fromkeys(first for first, _ in pairs))[:queries]
     held_out = set(asked)
@@ -133,6 +132,7 @@ def main() -> None:
         default=100_000,
         help="real sentences embedded through the model (at most what the data holds)",
     )
+    parser.add_argument("--data", type=Path, required=True, help="folder holding en/mrpc_test.tsv, zh/lcqmc_test.tsv")
     parser.add_argument("--total", type=int, default=100_000, help="documents, topped up with random unit vectors")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--engines", default="lancedb,qdrant-edge,gateway-embedded")
@@ -141,7 +141,7 @@ def main() -> None:
     parser.add_argument("--lance-refine", type=int, default=10)
     parser.add_argument("--qdrant-ef", type=int, default=128)
     args = parser.parse_args()
-    texts, asked = corpus_and_queries(args.real, args.queries)
+    texts, asked = corpus_and_queries(args.data, args.real, args.queries)
     vectors = cached_embeddings(texts + asked, args.vectors)
     documents, queries = vectors[: len(texts)], vectors[len(texts) :]
     filler = unit(np.random.default_rng(7).standard_normal((args.total - len(texts), 384)).astype(np.float32))
