@@ -123,26 +123,11 @@ async def search(body: SearchRequest, request: Request, response: Response, name
 
 
 def collection_object(collection: Collection) -> CollectionObject:
-    return CollectionObject(
-        name=collection.name,
-        model=collection.model,
-        model_revision=collection.model_revision,
-        dimensions=collection.dimensions,
-        documents=collection.documents,
-        created_at=collection.created_at,
-        query_instruction=collection.query_instruction,
-        metadata=collection.metadata,
-    )
+    return CollectionObject.model_validate(collection, from_attributes=True)
 
 
 def document_object(document: Document) -> DocumentObject:
-    return DocumentObject(
-        id=document.id,
-        text=document.text,
-        metadata=document.metadata,
-        created_at=document.created_at,
-        updated_at=document.updated_at,
-    )
+    return DocumentObject.model_validate(document, from_attributes=True)
 
 
 def attach_router(app: FastAPI) -> None:
