@@ -93,7 +93,7 @@ down: ## stop what `make up` started
 	done
 	@if [ -x $(PY) ]; then $(PY) -m localtriton stop; fi
 
-DATA ?= ../shared/data
+DATA ?= .run/eval-data
 EVAL_OUT ?= bench/results/cache-eval
 
 eval-cache: $(EXPORTED) ## semantic cache: hit and false-hit rates per threshold on DATA (labelled paraphrase pairs)

@@ -42,7 +42,7 @@ log = logging.getLogger("bench.caches")
 
 Kind = Literal["new", "repeat", "paraphrase", "non_paraphrase"]
 KINDS: tuple[Kind, ...] = ("new", "repeat", "paraphrase", "non_paraphrase")
-DEFAULT_DATA = ROOT.parent / "shared" / "data"
+DEFAULT_DATA = ROOT / ".run" / "eval-data"  # where `--data` is not given: put (or link) the pairs here
 PAIRS_PER_LANGUAGE = {False: 500, True: 25}  # by quick
 API_KEY = "bench-hunyuan-key"
 MODEL = DEFAULT_MODELS[0]
