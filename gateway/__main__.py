@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import socket
 from types import FrameType
 
@@ -16,11 +17,17 @@ from gateway.observability import configure_logging
 from gateway.settings import Settings
 from gateway.tracing import configure_tracing
 
+log = logging.getLogger("gateway")
+# After the grace period, what the closing steps may take: clients closing their pools, the task runner's drain.
+SHUTDOWN_MARGIN_SECONDS = 15.0
+
 
 class GatewayServer(uvicorn.Server):
     """uvicorn, plus: on SIGTERM/SIGINT the gRPC server stops accepting at the same moment as HTTP.
 
-    In-flight HTTP requests and gRPC calls then get the grace period to finish.
+    In-flight HTTP requests and gRPC calls then get the grace period to finish. The whole shutdown has a
+    deadline: a closing step that hangs on a peer that never answers is logged and abandoned, so SIGTERM always
+    ends the process (a replica that never exits holds its rollout until Kubernetes kills it).
     """
 
     def __init__(self, config: uvicorn.Config, app: FastAPI, grace_seconds: float) -> None:
@@ -40,6 +47,14 @@ class GatewayServer(uvicorn.Server):
         # stalls the event loop long enough to show in every open stream's tail time to first token.
         gc.collect()
         gc.freeze()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        deadline = self._grace + SHUTDOWN_MARGIN_SECONDS
+        try:
+            async with asyncio.timeout(deadline):
+                await super().shutdown(sockets)
+        except TimeoutError:
+            log.error("shutdown did not finish within %.0f s; exiting without waiting for the rest", deadline)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         grpc_server = getattr(self._app.state, "grpc", None)

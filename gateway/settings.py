@@ -25,7 +25,9 @@ class ServerSettings(BaseSettings):
     http_port: int = Field(8080, description="REST (FastAPI) port.")
     grpc_port: int = Field(50051, description="gRPC port (package gateway.v1).")
     shutdown_grace_seconds: float = Field(
-        20.0, description="On SIGTERM, seconds in-flight requests get to finish before they are cut off."
+        20.0,
+        description="On SIGTERM, seconds in-flight requests get to finish before they are cut off. The clients "
+        "then get 15 s to close; a close still waiting after that is abandoned (logged) and the process exits.",
     )
     header_timeout_seconds: float = Field(
         15.0,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -52,6 +53,7 @@ class GrpcServer:
     health: health.aio.HealthServicer
     port: int
     services: tuple[str, ...] = (EMBEDDINGS_SERVICE,)
+    _stopping: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     async def start(self) -> None:
         """Mark every service SERVING, then accept calls."""
@@ -66,7 +68,14 @@ class GrpcServer:
             await self.health.set(service, status)
 
     async def stop(self, grace: float | None) -> None:
-        """Report NOT_SERVING for good, then give in-flight calls `grace` seconds to finish."""
+        """Report NOT_SERVING for good, then give in-flight calls `grace` seconds to finish. Called again (the
+        signal handler and the lifespan both stop it), it waits for the first stop: grpc.aio's own stop must be
+        called once."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop(grace))
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self, grace: float | None) -> None:
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
 
