@@ -66,7 +66,7 @@ async def stop_a_grpc_server_three_times() -> None:
         stops.append(grace)
         return await stop(grace)
 
-    server.stop = counted_stop  # type: ignore[method-assign]
+    server.stop = counted_stop
     grpc_server = GrpcServer(server, health.aio.HealthServicer(), port)
     await grpc_server.start()
 
