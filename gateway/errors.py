@@ -162,8 +162,13 @@ def error_body(message: str, type_: str, param: str | None = None, code: str | N
 
 async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, GatewayError)
+    return error_response(exc, request.method, request.url.path)
+
+
+def error_response(exc: GatewayError, method: str, path: str) -> JSONResponse:
+    """The error's JSON answer with its status and headers; the detail kept from the client is logged."""
     if exc.detail:
-        log.warning("%s %s answered %d: %s", request.method, request.url.path, exc.status_code, exc)
+        log.warning("%s %s answered %d: %s", method, path, exc.status_code, exc)
     return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 
 from fastapi import APIRouter, FastAPI, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from gateway import sse
 from gateway.disconnect import unless_disconnected
@@ -13,6 +13,7 @@ from gateway.keys.middleware import gatekeeper, request_key
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.embeddings import ERRORS
+from gateway.routes.event_stream import Opened, OpeningEventStream
 from gateway.services.chat import CacheResult, ChatService, estimate_tokens
 from gateway.usage.hooks import record_usage_durably
 from gateway.usage.metering import metered_stream
@@ -36,18 +37,20 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
             gatekeeper(request).chat(request_key(request), estimate_tokens(payload))
         )
         if body.stream:  # the headers wait for the first chunk: a failure before it is a status, not an event
-            events, result = await unless_disconnected(
-                request.receive, chat(request).stream(payload, use_cache=use_cache)
-            )
-            metered = metered_stream(
-                events,
-                cached=result.outcome != "miss",
-                reservation=reservation,
-                held=stack.pop_all(),
-                record=lambda usage: record_usage_durably(request, body.model, usage),
-            )
-            headers = {**sse.HEADERS, **cache_headers(result)}
-            return StreamingResponse(sse.encode_batches(metered), media_type=sse.MEDIA_TYPE, headers=headers)
+            held = stack.pop_all()  # the response releases them when it ends
+
+            async def open_stream() -> Opened:
+                events, result = await chat(request).stream(payload, use_cache=use_cache)
+                metered = metered_stream(
+                    events,
+                    cached=result.outcome != "miss",
+                    reservation=reservation,
+                    held=held,
+                    record=lambda usage: record_usage_durably(request, body.model, usage),
+                )
+                return sse.encode_batches(metered), cache_headers(result)
+
+            return OpeningEventStream(open_stream, release=held.aclose)
         completion, result = await unless_disconnected(
             request.receive, chat(request).complete(payload, use_cache=use_cache)
         )
