@@ -47,6 +47,9 @@ TRITON_LATENCY = Histogram(
 TRITON_ERRORS = Counter("gateway_triton_errors_total", "Failed Triton calls by reason.", ["reason"])
 # reason: unavailable | timeout | invalid | error
 TRITON_UP = Gauge("gateway_triton_up", "0 while Triton is unreachable or not serving the model (embeddings 503).")
+TRITON_CHANNELS = Gauge(
+    "gateway_triton_channels", "gRPC channels to Triton open now: 1, and 2 while a replaced one finishes its calls."
+)
 EMBEDDING_BATCH_SIZE = Histogram(
     "gateway_embedding_batch_size", "Texts per Triton call (after cache hits are removed).", buckets=BATCH_BUCKETS
 )

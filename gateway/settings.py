@@ -73,6 +73,15 @@ class TritonSettings(BaseSettings):
         30.0, description="Deadline of one Triton call; longer waits fail with 504 instead of piling up."
     )
     ready_timeout_seconds: float = Field(1.0, description="Deadline of the readiness probe's call to Triton.")
+    channel_max_age_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="After this long the gateway opens a new channel to Triton for new calls, which resolves "
+        "TRITON_URL again, so that Triton pods added since (scale-out, a rollout) get their share of calls; the "
+        "old channel is closed once its calls end (none is cut). gRPC resolves a name again only when a "
+        "connection drops, and Triton cannot age its connections itself. Lower: new pods are found sooner, "
+        "one connection handshake more per interval; 0: one channel for the life of the process.",
+    )
     max_in_flight_calls: int = Field(
         1,
         description="Triton calls this gateway keeps in flight. Requests arriving while all are busy are merged "

@@ -1,4 +1,4 @@
-"""Triton's `bge` ensemble over gRPC: one long-lived asyncio channel for the process.
+"""Triton's `bge` ensemble over gRPC: one asyncio channel at a time, replaced when it has aged (`triton_channels`).
 
 `InferenceServerException` never leaves this module: it becomes one of the
 `Triton*Error` classes below. Clients are told `triton unavailable`, never Triton's address: the address
@@ -6,7 +6,8 @@ goes to the log, once when an outage starts (WARNING) and once when it ends (INF
 
 `TRITON_URL` may be `dns:///host:port`: with a headless Service the name resolves to every Triton pod and
 the `round_robin` policy spreads calls over them (a plain `host:port` resolves the same way; with a
-ClusterIP there is one address and kube-proxy picks a pod per connection, i.e. once).
+ClusterIP there is one address and kube-proxy picks a pod per connection, i.e. once). The name is resolved again
+when the channel is replaced, every `TRITON_CHANNEL_MAX_AGE_SECONDS`, so that Triton pods added since get calls.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,13 +28,16 @@ from tritonclient.utils import InferenceServerException
 from gateway import metrics
 from gateway.errors import InvalidRequestError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
 from gateway.settings import TritonSettings
+from gateway.upstreams.triton_channels import AgingClient
 
 tracer = trace.get_tracer(__name__)
 log = logging.getLogger(__name__)
 
 # Reconnect quickly after a Triton restart (gRPC's default back-off grows to minutes: while it lasts, calls
 # fail at once although Triton is back; a refused connect costs nothing), lift the 4 MB message cap (64 texts
-# of 100,000 characters exceed it), and spread calls over every address the name resolves to.
+# of 100,000 characters exceed it), and spread calls over every address the name resolves to. Each channel
+# keeps its own connections (gRPC otherwise shares them between channels of the same target), so that a
+# replaced channel's connections close with it.
 CHANNEL_ARGS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
@@ -40,6 +45,7 @@ CHANNEL_ARGS = [
     ("grpc.lb_policy_name", "round_robin"),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 INFO_RETRY_SECONDS = 1.0  # while Triton is unreachable, how often a request re-reads the model info
 
@@ -91,9 +97,14 @@ class TritonEmbeddings:
 class TritonClient:
     """Async client of the `bge` ensemble; use as an async context manager or call `aclose`."""
 
-    def __init__(self, settings: TritonSettings, client: grpcaio.InferenceServerClient | None = None) -> None:
+    def __init__(
+        self, settings: TritonSettings, open_client: Callable[[], grpcaio.InferenceServerClient] | None = None
+    ) -> None:
         self._settings = settings
-        self._client = client or grpcaio.InferenceServerClient(settings.url, channel_args=CHANNEL_ARGS)
+        self._clients = AgingClient(
+            open_client or (lambda: grpcaio.InferenceServerClient(settings.url, channel_args=CHANNEL_ARGS)),
+            settings.channel_max_age_seconds,
+        )
         self._info: ModelInfo | None = None
         self._info_stale = False  # Triton was unreachable since it was read: the model may be another revision
         self._info_retry_at = 0.0
@@ -107,8 +118,13 @@ class TritonClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    @property
+    def open_channels(self) -> int:
+        """Channels not closed yet: 1, plus replaced ones whose calls have not ended."""
+        return self._clients.open_clients
+
     async def aclose(self) -> None:
-        await self._client.close()
+        await self._clients.aclose()
 
     async def model_info(self, *, refresh: bool = False) -> ModelInfo:
         """The model's name, revision and limits, read once and again after Triton was unreachable.
@@ -122,7 +138,7 @@ class TritonClient:
                 settings = self._settings
                 timeout = settings.timeout_seconds if self._info is None else settings.ready_timeout_seconds
                 try:
-                    config = await self._call(self._client.get_model_config, settings.model, client_timeout=timeout)
+                    config = await self._call(lambda c: c.get_model_config(settings.model, client_timeout=timeout))
                 except (TritonUnavailableError, TritonTimeoutError):
                     if self._info is None or refresh:
                         raise
@@ -135,9 +151,10 @@ class TritonClient:
     async def ready(self) -> bool:
         """Whether `bge` is ready; refreshes the model info so a redeployed model's revision is seen."""
         try:
-            ready = await asyncio.wait_for(
-                self._client.is_model_ready(self._settings.model), self._settings.ready_timeout_seconds
-            )
+            with self._clients.lease() as client:
+                ready = await asyncio.wait_for(
+                    client.is_model_ready(self._settings.model), self._settings.ready_timeout_seconds
+                )
             if ready:
                 await asyncio.wait_for(self.model_info(refresh=True), self._settings.ready_timeout_seconds)
                 self._recovered()
@@ -177,12 +194,13 @@ class TritonClient:
             propagate.inject(headers)  # trace context travels to Triton as gRPC metadata
             started = time.perf_counter()
             result = await self._call(
-                self._client.infer,
-                self._settings.model,
-                [text],
-                outputs=outputs,
-                headers=headers,
-                client_timeout=self._settings.timeout_seconds,
+                lambda c: c.infer(
+                    self._settings.model,
+                    [text],
+                    outputs=outputs,
+                    headers=headers,
+                    client_timeout=self._settings.timeout_seconds,
+                )
             )
             metrics.TRITON_LATENCY.observe(time.perf_counter() - started)
         return TritonEmbeddings(
@@ -191,9 +209,11 @@ class TritonClient:
             truncated=np.asarray(result.as_numpy("TRUNCATED"), dtype=np.bool_).reshape(-1),
         )
 
-    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, call: Callable[[grpcaio.InferenceServerClient], Awaitable[Any]]) -> Any:
+        """`call` on the current tritonclient, its errors translated."""
         try:
-            result = await method(*args, **kwargs)
+            with self._clients.lease() as client:
+                result = await call(client)
         except InferenceServerException as exc:
             error = translate(exc, self._settings)
             if isinstance(error, TritonUnavailableError):

@@ -151,7 +151,13 @@ def test_gateway_hpa_numbers_and_behaviour() -> None:
 
 
 def test_prometheus_adapter_rule_serves_the_in_flight_gauge() -> None:
-    config = yaml.safe_load(one("default", "ConfigMap", "adapter-rules")["data"]["config.yaml"])
+    # prometheus-community/prometheus-adapter (charts/prometheus-adapter/templates/deployment.yaml) mounts the
+    # ConfigMap named by its `rules.existing` at /etc/adapter/ and runs with --config=/etc/adapter/config.yaml.
+    data = one("default", "ConfigMap", "adapter-rules")["data"]
+    assert set(data) == {"config.yaml"}
+    config = yaml.safe_load(data["config.yaml"])
+    assert set(config) <= {"rules", "externalRules", "resourceRules"}, "the adapter's config format"
+    assert all(set(r) >= {"seriesQuery", "resources", "name", "metricsQuery"} for r in config["rules"])
     rule = config["rules"][0]
     assert rule["seriesQuery"].startswith("http_requests_in_flight{")
     assert rule["name"]["as"] == "http_requests_in_flight"

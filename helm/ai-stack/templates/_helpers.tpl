@@ -116,7 +116,10 @@ password in an existing Secret there is none: the gateway builds the URL from th
 {{- end }}
 {{- end }}
 
-{{/* The bundled Redis' password: the value, else the one already in the cluster, else a new one. */}}
+{{/* The bundled Redis' password: the value, else the one already in the cluster, else a new one. A new one is
+drawn once per render and kept in .Values, which every template of the render shares: the Secret and the checksums
+on the Redis and gateway pods then hold the same password (each `include` would otherwise draw its own). Under
+`helm template` (Argo CD) `lookup` finds nothing, so every render draws a new one and both pods roll with it. */}}
 {{- define "ai-stack.redis.password" -}}
 {{- if .Values.redis.auth.password }}
 {{- .Values.redis.auth.password }}
@@ -125,7 +128,10 @@ password in an existing Secret there is none: the gateway builds the URL from th
 {{- if and $existing (hasKey $existing.data "redis-password") }}
 {{- index $existing.data "redis-password" | b64dec }}
 {{- else }}
-{{- randAlphaNum 32 }}
+{{- if not (hasKey .Values.redis.auth "drawnPassword") }}
+{{- $_ := set .Values.redis.auth "drawnPassword" (randAlphaNum 32) }}
+{{- end }}
+{{- index .Values.redis.auth "drawnPassword" }}
 {{- end }}
 {{- end }}
 {{- end }}
