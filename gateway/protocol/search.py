@@ -55,7 +55,9 @@ class ReindexTaskObject(BaseModel):
     updated_at: int = Field(description="Unix seconds.")
     completed_at: int | None = Field(None, description="Unix seconds at which the task ended.")
     expires_at: int | None = Field(None, description="After this (Unix seconds) the task is gone (404).")
-    error: TaskErrorObject | None = None
+    error: TaskErrorObject | None = Field(
+        None, description="Why it failed: collection_deleted | dimensions_changed | superseded | internal_error"
+    )
 
 
 class CollectionList(BaseModel):

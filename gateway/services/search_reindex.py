@@ -154,6 +154,12 @@ class ReindexJobs:
                 except GatewayError as exc:  # left to the next scan, which takes it up again if it is ours
                     log.warning("re-index %s stopped: %s", task_id, exc)
                     return
+                except Exception:  # a bug: the job fails rather than being retried on every scan
+                    log.exception("re-index %s failed", task_id)
+                    task = await self._task(task_id)
+                    if not task.state.terminal:
+                        await self._end(task, TaskState.FAILED, TaskError("internal_error", "the re-index failed"))
+                    return
         finally:
             self._running.pop(task_id, None)
 
