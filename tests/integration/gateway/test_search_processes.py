@@ -127,6 +127,12 @@ def test_a_reindex_cut_short_by_a_kill_finishes_after_the_restart(
     assert accepted.status_code == 202, accepted.text
     location = gateway.base_url + accepted.headers["location"]
     task: dict[str, Any] = accepted.json()
+    # While it runs: the same task for a second call, and no search or write (the vectors are of two revisions).
+    assert http.post(f"{gateway.base_url}/v1/collections/bulk/reindex").json()["id"] == task["id"]
+    busy = http.post(f"{gateway.base_url}/v1/collections/bulk/search", json={"query": "document number 1"})
+    assert busy.status_code == 409 and "being re-indexed" in busy.json()["error"]["message"], busy.text
+    assert http.delete(f"{gateway.base_url}/v1/collections/bulk/documents/d1").status_code == 409
+    assert http.get(f"{gateway.base_url}/v1/collections/bulk/documents/d1").status_code == 200
     while task["progress"]["documents"] == 0:
         assert task["status"] not in FINAL, task
         task = http.get(location).json()
