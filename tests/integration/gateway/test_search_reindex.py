@@ -3,6 +3,8 @@ re-export is simulated by giving the collection's record another revision, as th
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -14,8 +16,10 @@ import httpx
 import pytest
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.search.milvus import MilvusStore
 from gateway.settings import SearchSettings
 from localtriton.server import TritonProcess
+from tests.helpers.milvus_fixtures import MilvusLiteServer, milvus_server  # noqa: F401 (a fixture)
 from tests.helpers.running_gateway import RunningGateway
 from tests.integration.gateway.test_search_rest import PASSAGES, create, error, search, upsert, url
 
@@ -28,6 +32,18 @@ def age_revision(search_path: Path, name: str) -> None:
     """Make the collection's vectors look like those of an older export of the served model."""
     record = search_path / "collections" / name / "collection.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "model_revision": "an-older-export"}))
+
+
+def age_milvus_revision(uri: str, name: str) -> None:
+    async def age() -> None:
+        store = MilvusStore(uri, None, timeout_seconds=30)
+        try:
+            collection = await store.collection(name)
+            await store.update_collection(dataclasses.replace(collection, model_revision="an-older-export"))
+        finally:
+            await store.aclose()
+
+    asyncio.run(age())
 
 
 def wait_final(http: httpx.Client, base_url: str, location: str, timeout: float = 120.0) -> dict[str, Any]:
@@ -86,6 +102,31 @@ def test_a_reindex_job_brings_a_collection_to_the_served_revision(
     assert http.get(url(gateway, f"/kept/reindex/{task['id']}x")).status_code == 404
     assert http.get(url(gateway, f"/other/reindex/{task['id']}")).status_code == 404
     assert http.post(url(gateway, "/nothing/reindex")).status_code == 404
+
+
+def test_a_collection_on_milvus_is_reindexed_the_same_way(
+    milvus_server: MilvusLiteServer,  # noqa: F811
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+    tmp_path: Path,
+) -> None:
+    settings = SearchSettings(milvus_uri=milvus_server.uri, path=str(tmp_path / "search"))
+    first = gateway_factory(triton.grpc_url, search=settings)
+    served = create(http, first, "re_milvus")
+    assert upsert(http, first, "re_milvus", PASSAGES).status_code == 200
+    first.stop()
+    age_milvus_revision(milvus_server.uri, "re_milvus")
+
+    gateway = gateway_factory(triton.grpc_url, search=settings)
+    assert "POST /v1/collections/re_milvus/reindex" in error(search(http, gateway, "re_milvus", query="pancake"), 409)
+    accepted = http.post(url(gateway, "/re_milvus/reindex"))
+    assert accepted.status_code == 202, accepted.text
+    assert wait_final(http, gateway.base_url, accepted.headers["location"])["status"] == "completed"
+    collection = http.get(url(gateway, "/re_milvus")).json()
+    assert (collection["model_revision"], collection["documents"]) == (served["model_revision"], len(PASSAGES))
+    assert search(http, gateway, "re_milvus", query="pancake recipe", top_k=1).json()["data"][0]["id"] == "eggs"
+    assert http.delete(url(gateway, "/re_milvus")).status_code == 200
 
 
 def test_grpc_reindexes_a_collection_too(
