@@ -35,12 +35,14 @@ from gateway.observability import RequestContextMiddleware
 from gateway.quota import QuotaConfig, build_limiter
 from gateway.redis_client import RedisConnection
 from gateway.routes import admin, callbacks, chat, docs, embeddings, health, models, search, usage, video
-from gateway.search.stores import build_vector_store
+from gateway.search.store import VectorStore
+from gateway.search.stores import build_job_store, build_vector_store
 from gateway.services.chat import ChatService
 from gateway.services.coalescing import CoalescingEmbedder
 from gateway.services.embeddings import Embedder, EmbeddingService
 from gateway.services.models import ModelsService
 from gateway.services.search import SearchService
+from gateway.services.search_reindex import ReindexJobs
 from gateway.services.video import VideoService
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_runner import VideoTaskRunner
@@ -171,6 +173,28 @@ async def video_service(settings: Settings, redis: RedisConnection | None) -> As
         )
 
 
+@asynccontextmanager
+async def reindex_jobs(
+    settings: Settings, redis: RedisConnection | None, store: VectorStore, embeddings: EmbeddingService
+) -> AsyncIterator[ReindexJobs]:
+    """The re-index jobs of search collections, with their task store; unfinished ones resume now."""
+    async with AsyncExitStack() as stack:
+        tasks = build_job_store(settings.search, redis)
+        stack.push_async_callback(tasks.aclose)
+        jobs = ReindexJobs(
+            tasks,
+            store,
+            embeddings,
+            owner=replica_name(),
+            retention_seconds=settings.tasks.retention_seconds,
+            lease_seconds=settings.tasks.lease_seconds,
+            scan_interval_seconds=settings.tasks.scan_interval_seconds,
+        )
+        await jobs.start()
+        stack.push_async_callback(jobs.aclose)
+        yield jobs
+
+
 def replica_name() -> str:
     """This process's name on task leases: unique even for replicas sharing a host."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -231,11 +255,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             app.state.chat = await stack.enter_async_context(chat_service(settings, service, redis))
             app.state.video = await stack.enter_async_context(video_service(settings, redis))
             vector_store = build_vector_store(settings.search)  # opens nothing yet: a bad folder degrades search
+            jobs = None
             if vector_store is not None:
                 stack.push_async_callback(vector_store.aclose)
+                jobs = await stack.enter_async_context(reindex_jobs(settings, redis, vector_store, service))
             else:
                 log.info("semantic search is disabled (SEARCH_ENABLED=false)")
-            app.state.search = SearchService(vector_store, service, settings.limits)
+            app.state.search = SearchService(vector_store, service, settings.limits, jobs)
             app.state.models = ModelsService(
                 triton,
                 app.state.chat,
@@ -250,7 +276,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 chat=MeteredChat(app.state.chat, keys.gatekeeper, keys.usage),
                 video=MeteredVideo(app.state.video, keys.gatekeeper, keys.usage, settings.video.model_path),
                 models=app.state.models,
-                search=MeteredSearch(vector_store, service, settings.limits, keys.usage),
+                search=MeteredSearch(vector_store, service, settings.limits, keys.usage, jobs),
                 in_flight=in_flight,
                 watchers=watchers,
                 timeout_seconds=settings.limits.request_timeout_seconds,

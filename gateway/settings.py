@@ -432,7 +432,8 @@ class VideoSettings(BaseSettings):
 
 
 class TaskStoreSettings(BaseSettings):
-    """Where video task records live: SQLite on disk (one replica) or, with REDIS_URL, Redis (all replicas)."""
+    """Where video task records live: SQLite on disk (one replica) or, with REDIS_URL, Redis (all replicas). The
+    retention, lease and scan interval apply to search re-index tasks too (kept beside SEARCH_PATH, or in Redis)."""
 
     model_config = SettingsConfigDict(env_prefix="TASKS_", frozen=True)
 

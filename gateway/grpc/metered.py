@@ -18,6 +18,7 @@ from gateway.search.store import VectorStore
 from gateway.services.chat import CacheResult, estimate_tokens
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService, InputType
 from gateway.services.search import NewDocument, SearchResult, SearchService, UpsertResult
+from gateway.services.search_reindex import ReindexJobs
 from gateway.settings import LimitSettings
 from gateway.tasks.model import Task
 from gateway.usage.metering import metered_stream
@@ -108,9 +109,14 @@ class MeteredSearch(SearchService):
     """The search service whose upserts and searches go on the caller's usage record, as the REST routes'."""
 
     def __init__(
-        self, store: VectorStore | None, embeddings: EmbeddingService, limits: LimitSettings, usage: UsageRecorder
+        self,
+        store: VectorStore | None,
+        embeddings: EmbeddingService,
+        limits: LimitSettings,
+        usage: UsageRecorder,
+        jobs: ReindexJobs | None = None,
     ) -> None:
-        super().__init__(store, embeddings, limits)
+        super().__init__(store, embeddings, limits, jobs)
         self._usage = usage
 
     async def upsert(self, name: str, documents: Sequence[NewDocument], *, use_cache: bool = True) -> UpsertResult:

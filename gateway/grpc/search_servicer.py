@@ -18,6 +18,8 @@ from gateway.grpc.servicer import first_error
 from gateway.protocol.search import DocumentIn
 from gateway.search.documents import Collection, Document
 from gateway.services.search import NewDocument, SearchService
+from gateway.services.search_reindex import public_progress
+from gateway.tasks.model import Task
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -95,6 +97,34 @@ class SearchServicer:
         ]
         usage = pb.Usage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens)
         return pb.SearchResponse(query=request.query, data=hits, usage=usage)
+
+    async def ReindexCollection(
+        self, request: pb.CollectionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReindexTask:
+        task, _ = await self._service.reindex(request.name)
+        return reindex_message(task)
+
+    async def GetReindexTask(self, request: pb.ReindexTaskRequest, context: grpc.aio.ServicerContext) -> pb.ReindexTask:
+        return reindex_message(await self._service.reindex_task(request.collection, request.id))
+
+
+def reindex_message(task: Task) -> pb.ReindexTask:
+    progress = public_progress(task)
+    return pb.ReindexTask(
+        id=task.id,
+        status=task.state.value,
+        collection=task.arguments["collection"],
+        model=task.arguments["model"],
+        model_revision=task.arguments["model_revision"],
+        documents=progress["documents"],
+        total=progress["total"],
+        created_at=int(task.created_at),
+        updated_at=int(task.updated_at),
+        completed_at=int(task.ended_at) if task.ended_at is not None else None,
+        expires_at=int(task.expires_at) if task.expires_at is not None else None,
+        error_code=task.error.code if task.error else "",
+        error_message=task.error.message if task.error else "",
+    )
 
 
 def json_object(text: str, field: str) -> dict[str, Any] | None:

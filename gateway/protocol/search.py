@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
+from gateway.protocol.video import TaskErrorObject
+
 MetadataValue = str | StrictInt | StrictFloat | bool | list[str]
 
 
@@ -31,6 +33,31 @@ class CollectionObject(BaseModel):
     created_at: int = Field(description="Unix seconds.")
     query_instruction: str | None
     metadata: dict[str, Any]
+    reindex_task: str | None = Field(
+        None, description="The re-index task holding the collection: searches and writes answer 409 until it ends."
+    )
+
+
+class ReindexProgress(BaseModel):
+    documents: int = Field(description="Documents re-embedded so far.")
+    total: int = Field(description="Documents in the collection when the task was accepted.")
+
+
+class ReindexTaskObject(BaseModel):
+    id: str
+    object: Literal["collection.reindex.task"] = "collection.reindex.task"
+    status: Literal["pending", "processing", "completed", "failed", "cancelled"]
+    collection: str
+    model: str = Field(description="The model the collection is re-embedded with.")
+    model_revision: str
+    progress: ReindexProgress
+    created_at: int = Field(description="Unix seconds.")
+    updated_at: int = Field(description="Unix seconds.")
+    completed_at: int | None = Field(None, description="Unix seconds at which the task ended.")
+    expires_at: int | None = Field(None, description="After this (Unix seconds) the task is gone (404).")
+    error: TaskErrorObject | None = Field(
+        None, description="Why it failed: collection_deleted | dimensions_changed | superseded | internal_error"
+    )
 
 
 class CollectionList(BaseModel):

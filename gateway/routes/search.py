@@ -1,6 +1,7 @@
 """Semantic search: /v1/collections (create, list, get, delete), its documents (upsert, get, delete, bulk
-delete) and POST /v1/collections/{name}/search. Upserts and searches go on the caller's usage record (documents,
-queries, embedding tokens) and answer `X-Request-Cost` when the embedding model has a price."""
+delete), POST /v1/collections/{name}/search and its re-index (202 + a task to GET). Upserts and searches go on
+the caller's usage record (documents, queries, embedding tokens) and answer `X-Request-Cost` when the embedding
+model has a price."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from gateway.protocol.search import (
     DocumentDeleted,
     DocumentObject,
     DocumentsDeleted,
+    ReindexProgress,
+    ReindexTaskObject,
     SearchHit,
     SearchRequest,
     SearchResponse,
@@ -26,9 +29,12 @@ from gateway.protocol.search import (
     UpsertRequest,
     UpsertResponse,
 )
+from gateway.protocol.video import TaskErrorObject
 from gateway.routes.cache_control import cache_allowed
 from gateway.search.documents import Collection, Document
 from gateway.services.search import NewDocument, SearchService
+from gateway.services.search_reindex import public_progress
+from gateway.tasks.model import Task
 from gateway.usage.hooks import record_usage
 
 
@@ -49,6 +55,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 NAME = Path(description="The collection's name.", max_length=200)
 DOCUMENT_ID = Path(description="The document's id.", max_length=1000)
+TASK_ID = Path(description="The re-index task's id.", max_length=200)
 
 
 @router.post("/v1/collections", status_code=201, response_model=CollectionObject, responses=ERRORS)
@@ -119,6 +126,36 @@ async def search(body: SearchRequest, request: Request, response: Response, name
         query=body.query,
         data=[SearchHit(id=h.id, score=h.score, text=h.text, metadata=h.metadata) for h in result.hits],
         usage=SearchUsage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens),
+    )
+
+
+@router.post("/v1/collections/{name}/reindex", status_code=202, response_model=ReindexTaskObject, responses=ERRORS)
+async def reindex_collection(request: Request, response: Response, name: str = NAME) -> ReindexTaskObject:
+    """Re-embed every document with the served model, in the background; the task already under way, if any."""
+    task, _ = await search_service(request).reindex(name)
+    response.headers["Location"] = f"/v1/collections/{name}/reindex/{task.id}"
+    return reindex_object(task)
+
+
+@router.get("/v1/collections/{name}/reindex/{task_id}", response_model=ReindexTaskObject, responses=ERRORS)
+async def get_reindex_task(request: Request, name: str = NAME, task_id: str = TASK_ID) -> ReindexTaskObject:
+    return reindex_object(await search_service(request).reindex_task(name, task_id))
+
+
+def reindex_object(task: Task) -> ReindexTaskObject:
+    error = TaskErrorObject(code=task.error.code, message=task.error.message) if task.error else None
+    return ReindexTaskObject(
+        id=task.id,
+        status=task.state.value,
+        collection=task.arguments["collection"],
+        model=task.arguments["model"],
+        model_revision=task.arguments["model_revision"],
+        progress=ReindexProgress(**public_progress(task)),
+        created_at=int(task.created_at),
+        updated_at=int(task.updated_at),
+        completed_at=int(task.ended_at) if task.ended_at is not None else None,
+        expires_at=int(task.expires_at) if task.expires_at is not None else None,
+        error=error,
     )
 
 

@@ -32,6 +32,7 @@ class Collection:
     query_instruction: str | None  # None: the served model's instruction
     metadata: dict[str, Any] = field(default_factory=dict)
     documents: int = 0
+    reindex_task: str | None = None  # the re-index job under way: searches and writes wait for it (409)
 
     def counted(self, documents: int) -> Collection:
         return replace(self, documents=documents)
@@ -46,6 +47,7 @@ class Collection:
             "created_at": self.created_at,
             "query_instruction": self.query_instruction,
             "metadata": self.metadata,
+            "reindex_task": self.reindex_task,
         }
 
     @classmethod

@@ -32,8 +32,10 @@ from qdrant_edge import (
     HnswIndexConfig,
     PayloadSchemaType,
     Point,
+    PointVectors,
     Query,
     QueryRequest,
+    ScrollRequest,
     SearchParams,
     UpdateOperation,
 )
@@ -122,6 +124,15 @@ class EmbeddedStore:
         names = sorted(await self._catalog())
         return [await self.get_collection(name) for name in names]
 
+    async def update_collection(self, collection: Collection) -> None:
+        async with self._lifecycle:
+            collections = await self._catalog()
+            if collection.name not in collections:
+                raise CollectionNotFoundError(collection.name)
+            record = json.dumps(collection.record()).encode()
+            await self._run(write_durably, self._root / collection.name / RECORD, record)
+            collections[collection.name] = collection.counted(0)
+
     async def delete_collection(self, name: str) -> None:
         async with self._lifecycle:
             collections = await self._catalog()
@@ -153,6 +164,18 @@ class EmbeddedStore:
     async def delete_matching(self, name: str, where: Filter) -> int:
         async with self._writing(name) as shard:
             return await self._run(self._delete_filter, shard, where, self._kept.get(name))
+
+    async def scroll(self, name: str, after: str | None, limit: int) -> tuple[list[Document], str | None]:
+        request = ScrollRequest(offset=after, limit=limit, with_payload=True, with_vector=False)
+        async with self._reading(name) as shard:
+            records, following = await self._run(shard.scroll, request)
+        return [document(r.payload) for r in records if r.payload], None if following is None else str(following)
+
+    async def set_vectors(self, name: str, vectors: dict[str, Vector]) -> None:
+        operation = UpdateOperation.update_vectors([PointVectors(point_id(i), v.tolist()) for i, v in vectors.items()])
+        async with self._writing(name) as shard:
+            await self._run(apply, shard, operation, self._kept.get(name))
+        self._index_later(name)
 
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None

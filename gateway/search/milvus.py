@@ -76,6 +76,11 @@ class MilvusStore:
             counted.append(collection.counted(await self._run(self._count, milvus_name(collection.name), "")))
         return sorted(counted, key=lambda c: c.name)
 
+    async def update_collection(self, collection: Collection) -> None:
+        await self._record(collection.name, fresh=True)
+        await self._run(self._write_record, collection)
+        self._records[collection.name] = (collection, time.monotonic() + CATALOG_TTL_SECONDS)
+
     async def delete_collection(self, name: str) -> None:
         await self._record(name, fresh=True)
         self._records.pop(name, None)
@@ -103,6 +108,16 @@ class MilvusStore:
     async def delete_matching(self, name: str, where: Filter) -> int:
         await self._record(name)
         return await self._run(self._delete_filter, milvus_name(name), to_milvus(where))
+
+    async def scroll(self, name: str, after: str | None, limit: int) -> tuple[list[Document], str | None]:
+        await self._record(name)
+        rows = await self._run(self._page, milvus_name(name), after, limit)
+        following = rows[-1]["id"] if len(rows) == limit else None
+        return [document(row) for row in rows], following
+
+    async def set_vectors(self, name: str, vectors: dict[str, Vector]) -> None:
+        await self._record(name)
+        await self._run(self._set_vectors, milvus_name(name), vectors)
 
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
@@ -182,8 +197,11 @@ class MilvusStore:
             consistency_level="Strong",
             timeout=self._timeout,
         )
+        self._write_record(collection)
+
+    def _write_record(self, collection: Collection) -> None:
         row = {"name": collection.name, "record": json.dumps(collection.record()), "vector": [0.0, 1.0]}
-        client.upsert(CATALOG, [row], timeout=self._timeout)
+        self._connected().upsert(CATALOG, [row], timeout=self._timeout)
 
     def _drop(self, name: str) -> None:
         client = self._connected()
@@ -215,6 +233,29 @@ class MilvusStore:
             for d in documents
         ]
         self._connected().upsert(target, rows, timeout=self._timeout)
+
+    def _page(self, target: str, after: str | None, limit: int) -> list[dict[str, Any]]:
+        """The `limit` smallest ids after `after` with their rows: Milvus answers a query in no stated order, so
+        the ids past the cursor are read (ids only) and sorted here."""
+        expression = f"id > {literal(after)}" if after is not None else 'id != ""'
+        iterator = self._connected().query_iterator(
+            target, batch_size=1000, filter=expression, output_fields=["id"], timeout=self._timeout
+        )
+        ids: list[str] = []
+        try:
+            while batch := iterator.next():
+                ids = sorted(ids + [row["id"] for row in batch])[:limit]
+        finally:
+            iterator.close()
+        rows = self._get(target, ids, FIELDS)
+        return sorted(rows, key=lambda row: str(row["id"]))
+
+    def _set_vectors(self, target: str, vectors: dict[str, Vector]) -> None:
+        rows = self._get(target, list(vectors), FIELDS)
+        for row in rows:
+            row["vector"] = vectors[row["id"]].tolist()
+        if rows:
+            self._connected().upsert(target, rows, timeout=self._timeout)
 
     def _delete_ids(self, target: str, ids: list[str]) -> int:
         found = [row["id"] for row in self._get(target, ids, ["id"])]

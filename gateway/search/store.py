@@ -67,6 +67,10 @@ class VectorStore(Protocol):
 
     async def list_collections(self) -> list[Collection]: ...
 
+    async def update_collection(self, collection: Collection) -> None:
+        """Replace the collection's record (durably), e.g. its revision after a re-index."""
+        ...
+
     async def delete_collection(self, name: str) -> None: ...
 
     async def upsert(self, name: str, documents: Sequence[DocumentWrite], now: int) -> None:
@@ -82,6 +86,15 @@ class VectorStore(Protocol):
         ...
 
     async def delete_matching(self, name: str, where: Filter) -> int: ...
+
+    async def scroll(self, name: str, after: str | None, limit: int) -> tuple[list[Document], str | None]:
+        """Up to `limit` documents from the cursor `after` (None: the first), in a fixed order, and the cursor
+        of the next page (None after the last): what a re-index walks through."""
+        ...
+
+    async def set_vectors(self, name: str, vectors: dict[str, Vector]) -> None:
+        """Replace the vectors of existing documents (by id), keeping their text, metadata and timestamps."""
+        ...
 
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None

@@ -2,7 +2,8 @@
 searches by meaning with metadata filters, over one `VectorStore`.
 
 A collection remembers the model and revision its vectors came from; while another revision is served, its
-upserts and searches answer 409 (vectors of two revisions are never compared or mixed). With search turned off
+upserts and searches answer 409 (vectors of two revisions are never compared or mixed) until a re-index job
+(`search_reindex.py`) has re-embedded it; during the job its searches and writes answer 409 too. With search turned off
 (SEARCH_ENABLED=false) there is no store and every call answers 503 `search_disabled` before any other work.
 """
 
@@ -35,7 +36,9 @@ from gateway.search.documents import (
 from gateway.search.filters import parse_filter
 from gateway.search.store import DocumentWrite, VectorStore
 from gateway.services.embeddings import EmbeddingService
+from gateway.services.search_reindex import ReindexJobs
 from gateway.settings import LimitSettings
+from gateway.tasks.model import Task
 from gateway.upstreams.triton import ModelInfo
 from gateway.usage.record import Usage
 
@@ -92,10 +95,17 @@ class SearchDisabledError(UpstreamUnavailableError):
 class SearchService:
     """`store` None: search is disabled."""
 
-    def __init__(self, store: VectorStore | None, embeddings: EmbeddingService, limits: LimitSettings) -> None:
+    def __init__(
+        self,
+        store: VectorStore | None,
+        embeddings: EmbeddingService,
+        limits: LimitSettings,
+        jobs: ReindexJobs | None = None,
+    ) -> None:
         self._backend = store
         self._embeddings = embeddings
         self._limits = limits
+        self._jobs = jobs
 
     def check_enabled(self) -> None:
         """Raise `SearchDisabledError` when search is disabled (the REST routes call it before reading a body)."""
@@ -172,6 +182,22 @@ class SearchService:
         cut = [d.id for d, truncated in zip(unique, result.truncated, strict=True) if truncated]
         return UpsertResult([d.id for d in unique], result.prompt_tokens, cut, result.model)
 
+    async def reindex(self, name: str) -> tuple[Task, bool]:
+        """Start re-embedding the collection with the served model (a durable job); the job already under way
+        (False) if there is one."""
+        check_collection_name(name)
+        return await self._reindex_jobs.submit(name)
+
+    async def reindex_task(self, name: str, task_id: str) -> Task:
+        check_collection_name(name)
+        return await self._reindex_jobs.get(name, task_id)
+
+    @property
+    def _reindex_jobs(self) -> ReindexJobs:
+        if self._jobs is None:
+            raise SearchDisabledError()
+        return self._jobs
+
     async def get_document(self, name: str, document_id: str) -> Document:
         store = self._store
         check_collection_name(name)
@@ -185,6 +211,7 @@ class SearchService:
         store = self._store
         check_collection_name(name)
         check_document_id(document_id)
+        check_writable(await store.collection(name))
         if not await store.delete_documents(name, [document_id]):
             raise DocumentNotFoundError(name, document_id)
 
@@ -194,6 +221,7 @@ class SearchService:
         check_collection_name(name)
         if (ids is None) == (where is None):
             raise InvalidRequestError("send either ids or filter", param="ids")
+        check_writable(await store.collection(name))
         if ids is not None:
             if len(ids) > MAX_DOCUMENTS_PER_CALL:
                 raise PayloadTooLargeError(
@@ -257,12 +285,25 @@ class DocumentNotFoundError(NotFoundError):
         super().__init__(f"collection {collection!r} has no document {document_id!r}", param="id")
 
 
+def check_writable(collection: Collection) -> None:
+    """409 while a re-index job holds the collection (its vectors are of two revisions until it ends)."""
+    if collection.reindex_task is not None:
+        raise ConflictError(
+            f"collection {collection.name!r} is being re-indexed by task {collection.reindex_task}; it answers "
+            f"again when the task completes (GET /v1/collections/{collection.name}/reindex/"
+            f"{collection.reindex_task}; if it failed, POST /v1/collections/{collection.name}/reindex again)",
+            code="collection_reindexing",
+            param="name",
+        )
+
+
 def check_revision(collection: Collection, served: ModelInfo) -> None:
+    check_writable(collection)
     if (collection.model, collection.model_revision) != (served.name, served.revision):
         raise ConflictError(
             f"collection {collection.name!r} holds vectors of {collection.model} revision "
             f"{collection.model_revision}, but {served.name} revision {served.revision} is served: re-index the "
-            "collection (create it again and upsert its documents) before using it",
+            f"collection with POST /v1/collections/{collection.name}/reindex before using it",
             code="collection_needs_reindex",
             param="name",
         )

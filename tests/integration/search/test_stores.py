@@ -5,6 +5,7 @@ durability across a reopen."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -118,6 +119,45 @@ def test_upsert_replaces_and_keeps_created_at(store_factory: StoreFactory) -> No
         assert await store.get_documents(created.name, ["a", "d/1"]) == []
 
     run(store_factory(), scenario)
+
+
+def test_a_reindex_walks_every_document_replaces_vectors_and_rewrites_the_record(
+    store_factory: StoreFactory,
+) -> None:
+    created = collection()
+
+    async def scenario(store: VectorStore) -> None:
+        await store.create_collection(created)
+        await store.upsert(created.name, DOCUMENTS, now=100)
+        seen: list[str] = []
+        cursor = None
+        for _ in range(len(DOCUMENTS)):  # pages of 3: every document once, then no cursor
+            page, cursor = await store.scroll(created.name, cursor, 3)
+            seen += [d.id for d in page]
+            if cursor is None:
+                break
+        assert sorted(seen) == sorted(d.id for d in DOCUMENTS) and cursor is None
+        await store.set_vectors(created.name, {"a": unit(9), "b": unit(1)})
+        hits = await store.search(created.name, unit(9), 1, None, None)
+        assert (hits[0].id, round(hits[0].score, 4)) == ("a", 1.0)
+        (document,) = await store.get_documents(created.name, ["a"])
+        assert (document.text, document.metadata, document.created_at, document.updated_at) == (
+            "alpha", DOCUMENTS[0].metadata, 100, 100,
+        )  # fmt: skip
+        marked = dataclasses.replace(created, model_revision="rev2", reindex_task="reindex_1")
+        await store.update_collection(marked)
+        assert (await store.collection(created.name)).reindex_task == "reindex_1"
+        with pytest.raises(CollectionNotFoundError):
+            await store.update_collection(collection())
+
+    run(store_factory(), scenario)
+    reopened = store_factory()
+
+    async def after_reopen(store: VectorStore) -> None:
+        record = await store.get_collection(created.name)
+        assert (record.model_revision, record.reindex_task, record.documents) == ("rev2", "reindex_1", 4)
+
+    run(reopened, after_reopen)
 
 
 FILTERS: list[tuple[dict[str, Any], set[str]]] = [
