@@ -28,8 +28,7 @@ log = logging.getLogger("bench.keys")
 
 
 async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: Path = REPOSITORY) -> PartResult:
-    """Each configuration `runs` times at `RATE` requests/s, alternating; medians of the paired differences."""
-    began, load_at_start = time.monotonic(), os.getloadavg()[0]
+    """Start Triton, Redis and a gateway per configuration, warm their caches, then measure them in rounds."""
     require_export(repository)
     runs = 1 if quick else max(runs, 1)
     log_dir = out_dir / "logs" / PART
@@ -55,40 +54,48 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: 
             headers = auth_headers(config, secret)
             check_keys(endpoint, config, headers, texts[0])
             await warm_cache(f"{endpoint.base_url}/v1/embeddings", batches(texts, 1), headers)
-        series = {config: Series(config.name, RATE) for config in configs}
-        misses: dict[Config, int] = dict.fromkeys(configs, 0)
-        result: PartResult | None = None
-        for round_number in range(runs):
-            order = configs if round_number % 2 == 0 else configs[::-1]
-            log.info("round %d of %d: %s", round_number + 1, runs, ", ".join(config.name for config in order))
-            for config in order:
-                endpoint, missed = gateways[config], list[int]()
-                stats, window = await cache_open_loop(
-                    f"{endpoint.base_url}/v1/embeddings",
-                    texts,
-                    RATE,
-                    SECONDS[quick],
-                    endpoint.server.pid,
-                    headers=auth_headers(config, secret),
-                    misses=missed,
-                )
-                endpoint.server.check_alive()
-                series[config].add(stats, window.percent, {"cache_misses": float(len(missed))})
-                misses[config] += len(missed)
-                log.info(
-                    "%s: p50 %.3f ms, p99 %.3f ms, errors %d, misses %d",
-                    config.name, stats.p(50), stats.p(99), stats.errors, len(missed),
-                )  # fmt: skip
-            recorded = recorded_requests(gateways, secret)
-            ending = [
-                *([] if round_number + 1 == runs else [f"partial: {round_number + 1} of {runs} rounds done"]),
-                recorded,
-                f"keys part took {time.monotonic() - began:.0f} s",
-            ]
-            result = build_result(list(series.values()), configs, runs, quick, load_at_start, [*notes, *ending])
-            result.write(out_dir)
-        assert result is not None
-        return result
+        return await measure_rounds(gateways, texts, secret, runs, quick, out_dir, notes)
+
+
+async def measure_rounds(
+    gateways: dict[Config, Endpoint], texts: list[str], secret: str, runs: int, quick: bool, out_dir: Path,
+    notes: list[str],
+) -> PartResult:  # fmt: skip
+    """`runs` rounds, each measuring every gateway once (reversed every other round); the result so far is
+    written after every round: a stopped run still leaves its numbers."""
+    began, load_at_start = time.monotonic(), os.getloadavg()[0]
+    configs = list(gateways)
+    series = {config: Series(config.name, RATE) for config in configs}
+    result: PartResult | None = None
+    for round_number in range(runs):
+        order = configs if round_number % 2 == 0 else configs[::-1]
+        log.info("round %d of %d: %s", round_number + 1, runs, ", ".join(config.name for config in order))
+        for config in order:
+            endpoint, missed = gateways[config], list[int]()
+            stats, window = await cache_open_loop(
+                f"{endpoint.base_url}/v1/embeddings",
+                texts,
+                RATE,
+                SECONDS[quick],
+                endpoint.server.pid,
+                headers=auth_headers(config, secret),
+                misses=missed,
+            )
+            endpoint.server.check_alive()
+            series[config].add(stats, window.percent, {"cache_misses": float(len(missed))})
+            log.info(
+                "%s: p50 %.3f ms, p99 %.3f ms, errors %d, misses %d",
+                config.name, stats.p(50), stats.p(99), stats.errors, len(missed),
+            )  # fmt: skip
+        ending = [
+            *([] if round_number + 1 == runs else [f"partial: {round_number + 1} of {runs} rounds done"]),
+            recorded_requests(gateways, secret),
+            f"measuring took {time.monotonic() - began:.0f} s",
+        ]
+        result = build_result(list(series.values()), configs, runs, quick, load_at_start, [*notes, *ending])
+        result.write(out_dir)
+    assert result is not None
+    return result
 
 
 def auth_headers(config: Config, secret: str) -> dict[str, str]:
