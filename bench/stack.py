@@ -1,4 +1,4 @@
-"""The processes a benchmark drives, each on free ports: Triton, the gateway and the two simulators.
+"""The processes a benchmark drives, each on free ports: Triton, the gateway, the two simulators and Redis.
 
 Every server is a real subprocess (`ServerProcess`), so its CPU can be read from /proc and it never
 shares an event loop or the GIL with the load generator.
@@ -6,9 +6,16 @@ shares an event loop or the GIL with the load generator.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import redis
 
 from bench.paths import ROOT
 from bench.processes import ServerProcess
@@ -72,3 +79,33 @@ def pika_simulator(log_dir: Path, *args: str) -> Endpoint:
     server = ServerProcess("pika-simulator", command, log_dir=log_dir)
     base = f"http://127.0.0.1:{port}"
     return Endpoint(server, f"{base}/.well-known/jwks.json", base)
+
+
+@contextlib.contextmanager
+def redis_server(log_dir: Path) -> Iterator[str | None]:
+    """A throwaway `redis-server` on a free port (no persistence); None when the binary is missing."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        yield None
+        return
+    port = free_port()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    with (log_dir / "redis.log").open("ab") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        client = redis.Redis(port=port, socket_timeout=1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError(f"redis-server not ready on port {port}; see {log_dir / 'redis.log'}") from None
+                time.sleep(0.1)
+        client.close()
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

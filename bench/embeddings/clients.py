@@ -29,13 +29,13 @@ class RestSession(Protocol):
 class AiohttpSession:
     """aiohttp: it costs less CPU per request than httpx, and client and server share the same cores."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, headers: dict[str, str] | None = None) -> None:
         connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency)
         self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120))
+        self._headers = {"Content-Type": "application/json", **(headers or {})}  # e.g. an API key
 
     async def post(self, url: str, body: bytes) -> tuple[int, bytes, dict[str, str]]:
-        headers = {"Content-Type": "application/json"}
-        async with self._session.post(url, data=body, headers=headers) as response:
+        async with self._session.post(url, data=body, headers=self._headers) as response:
             return response.status, await response.read(), dict(response.headers)
 
     async def aclose(self) -> None:

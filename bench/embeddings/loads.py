@@ -139,9 +139,9 @@ async def measure_triton(
     return stats, window, await seen.since(before, stats.items, stats.elapsed)
 
 
-async def warm_cache(url: str, groups: Sequence[list[str]]) -> None:
+async def warm_cache(url: str, groups: Sequence[list[str]], headers: dict[str, str] | None = None) -> None:
     """Every text once through the cached gateway, so that the cache runs only hit."""
-    session = AiohttpSession(4)
+    session = AiohttpSession(4, headers)
     try:
         request = openai_request(session, url, groups)
         stats = await closed_loop(request, total=len(groups), concurrency=4)
@@ -152,13 +152,23 @@ async def warm_cache(url: str, groups: Sequence[list[str]]) -> None:
 
 
 async def cache_open_loop(
-    url: str, texts: Sequence[str], rate: float, seconds: float, gateway_pid: int
+    url: str,
+    texts: Sequence[str],
+    rate: float,
+    seconds: float,
+    gateway_pid: int,
+    *,
+    headers: dict[str, str] | None = None,
+    misses: list[int] | None = None,
 ) -> tuple[RunStats, CpuWindow]:
-    """Single-text requests from the warm cache started at `rate` per second, whatever the answers do."""
-    session = AiohttpSession(256)
+    """Single-text requests from the warm cache started at `rate` per second, whatever the answers do;
+    `misses` gets the measured requests the cache did not answer."""
+    session = AiohttpSession(256, headers)
     try:
-        request = openai_request(session, url, texts)
+        request = openai_request(session, url, texts, misses=misses)
         await warm_up(request, 32)
+        if misses is not None:
+            misses.clear()
         return await measure(open_loop(request, rate=rate, duration=seconds), {"gateway": gateway_pid})
     finally:
         await session.aclose()

@@ -7,10 +7,11 @@ import os
 from pathlib import Path
 
 from bench.results import PartResult, load_note, machine
+from bench.stack import redis_server
 from bench.video.completion import CompletionRun, completion_run
 from bench.video.plan import COMPLETION_TASKS, JOB_SECONDS, LOAD_SECONDS, LOSS_RATE, PART
 from bench.video.report import completion_row, notes, submit_row, targets
-from bench.video.servers import redis_server, video_stack
+from bench.video.servers import video_stack
 from bench.video.submits import submit_series
 
 log = logging.getLogger("bench.images")

@@ -1,12 +1,9 @@
-"""The video part's servers: the Pika simulator and a gateway that takes its webhooks, and a throwaway
-`redis-server` for the Redis task store; fresh per run, stopped on exit."""
+"""The video part's servers: the Pika simulator and a gateway that takes its webhooks; fresh per run, stopped on
+exit."""
 
 from __future__ import annotations
 
 import contextlib
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +13,6 @@ import redis
 from bench.processes import running
 from bench.stack import Endpoint, gateway, pika_simulator
 from bench.video.plan import API_KEY, GRACE_AFTER_JOB_SECONDS, JOB_SECONDS, TASK_TIMEOUT_SECONDS
-from localtriton.ports import free_port
 
 
 @dataclass
@@ -77,33 +73,3 @@ def video_stack(
         (log_dir / f"{name}-tasks.sqlite3{suffix}").unlink(missing_ok=True)  # no tasks left from an earlier run
     with running((pika.server, pika.ready_url), (gw.server, gw.ready_url)):
         yield VideoStack(pika, gw)
-
-
-@contextlib.contextmanager
-def redis_server(log_dir: Path) -> Iterator[str | None]:
-    """A throwaway `redis-server` on a free port (no persistence); None when the binary is missing."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        yield None
-        return
-    port = free_port()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    with (log_dir / "redis.log").open("ab") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        client = redis.Redis(port=port, socket_timeout=1)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"redis-server not ready on port {port}; see {log_dir / 'redis.log'}") from None
-                time.sleep(0.1)
-        client.close()
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
