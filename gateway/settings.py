@@ -139,7 +139,8 @@ class UsageSettings(BaseSettings):
         description='JSON price table by model: {"hy3-preview": {"input": 1.2, "output": 4.8, "cached": 0.3}, '
         '"bge": {"embedding": 0.02}, "fal-ai/pika/v2.2/text-to-video": {"video_second": 0.05}}; chat prices per '
         "1,000,000 tokens, embeddings per 1,000 tokens, videos per second, all in one currency. Models priced here "
-        "get X-Request-Cost and count against money budgets; the others cost 0.",
+        "get X-Request-Cost (gRPC: trailing metadata x-request-cost) and count against money budgets; the others "
+        "cost 0.",
     )
     usage_sqlite_path: str = Field(
         ".run/usage.sqlite3",

@@ -123,8 +123,9 @@ def chunks_to_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def completion_to_chunks(completion: dict[str, Any]) -> list[dict[str, Any]]:
-    """A completion as the chunk sequence a stream would have carried: the reasoning (if any), the message, then
-    the finish; the reasoning has its own chunk so that it comes before the answer, as it streams."""
+    """A completion as the chunk sequence a stream would have carried: the reasoning (if any), the message, the
+    finish, then the usage in a chunk of its own (no choices), as an upstream asked for it sends it; the
+    reasoning has its own chunk so that it comes before the answer, as it streams."""
     choice = completion["choices"][0]
     head = {k: completion.get(k) for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
     delta = {k: v for k, v in choice.get("message", {}).items() if v is not None}
@@ -134,9 +135,8 @@ def completion_to_chunks(completion: dict[str, Any]) -> list[dict[str, Any]]:
     if reasoning := delta.pop("reasoning_content", None):
         deltas = [{"role": delta.pop("role", "assistant"), "reasoning_content": reasoning}, delta]
     last = {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}]}
-    if completion.get("usage"):
-        last["usage"] = completion["usage"]
-    return [*({**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas), last]
+    usage = [{**head, "choices": [], "usage": completion["usage"]}] if completion.get("usage") else []
+    return [*({**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas), last, *usage]
 
 
 class ExactChatCache:

@@ -1,6 +1,6 @@
 """The one gRPC interceptor: API key check (scope and the key's limits included), the process's in-flight limit
 (shared with REST, and counted in the autoscaling gauge), a deadline for unary calls, `GatewayError` -> status
-code, latency metric.
+code, latency metric, and the call's cost as trailing metadata `x-request-cost` where a price applied.
 
 Like the REST error handlers in `gateway.errors`, this is the only place errors become gRPC statuses.
 Health and reflection calls pass through untouched: probes and tooling carry no API key.
@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from gateway.errors import GatewayError, UpstreamTimeoutError
+from gateway.grpc.call_cost import CURRENT_COST, CallCost
 from gateway.keys.context import CURRENT_KEY
 from gateway.keys.families import grpc_family
 from gateway.keys.gatekeeper import Gatekeeper
@@ -148,6 +149,8 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
             key = self._gatekeeper.authenticate(_authorization(context), family)
             await self._gatekeeper.admit(key, family)
             CURRENT_KEY.set(key)  # this call's task only: the servicer records usage with it
+            cost = CallCost()
+            CURRENT_COST.set(cost)  # ... and adds what that usage cost
             if permits is not None:
                 if not permits.acquire():
                     raise permits.overloaded()
@@ -164,6 +167,8 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
             _observe(method, code, started)
             await context.abort(code, details, trailing_metadata=trailers)
         else:
+            if (trailer := cost.trailer()) is not None:  # beside what the servicer set (x-cache, ...)
+                context.set_trailing_metadata((*(context.trailing_metadata() or ()), trailer))
             _observe(method, grpc.StatusCode.OK, started)
         finally:
             if admitted and permits is not None:

@@ -1,6 +1,7 @@
 """The backends the gRPC servicers are given, with the caller's key around each call, as the REST routes do:
-chat tokens and stream slots, videos per day, and the usage record (search upserts and queries included). The
-key is the one the interceptor found for this call (`gateway.keys.context.CURRENT_KEY`)."""
+chat tokens and stream slots, videos per day, and the usage record (search upserts and queries included), whose
+cost the call's trailing metadata carries (`call_cost`). The key is the one the interceptor found for this call
+(`gateway.keys.context.CURRENT_KEY`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
+from gateway.grpc.call_cost import charge
 from gateway.grpc.servicer import ChatBackend, EmbeddingBackend, VideoBackend
 from gateway.keys.context import CURRENT_KEY
 from gateway.keys.gatekeeper import Gatekeeper
@@ -15,7 +17,7 @@ from gateway.keys.model import ApiKey
 from gateway.keys.resolver import ANONYMOUS
 from gateway.protocol.video import ImageGenerationRequest
 from gateway.search.store import VectorStore
-from gateway.services.chat import CacheResult, estimate_tokens
+from gateway.services.chat import CacheResult, estimate_tokens, usage_requested
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService, InputType
 from gateway.services.search import NewDocument, SearchResult, SearchService, UpsertResult
 from gateway.services.search_reindex import ReindexJobs
@@ -48,7 +50,7 @@ class MeteredEmbeddings:
             texts, model=model, truncate=truncate, use_cache=use_cache, input_type=input_type
         )
         usage = Usage(embedding_texts=len(texts), embedding_tokens=result.prompt_tokens)
-        self._usage.record(current_key(), result.model, usage)
+        charge(*self._usage.record(current_key(), result.model, usage))
         return result
 
     async def ready(self) -> bool:
@@ -71,11 +73,15 @@ class MeteredChat:
             metered = metered_stream(
                 events,
                 cached=result.outcome != "miss",
+                usage_requested=usage_requested(body),
                 reservation=reservation,
                 held=stack.pop_all(),
-                record=lambda usage: self._usage.record_durably(key, model, usage),
+                record=lambda usage: self._record(key, model, usage),
             )
             return metered, result
+
+    async def _record(self, key: ApiKey, model: str, usage: Usage) -> None:
+        charge(*await self._usage.record_durably(key, model, usage))
 
 
 class MeteredVideo:
@@ -92,7 +98,7 @@ class MeteredVideo:
         await self._gatekeeper.count_video(key)
         task, created = await self._backend.submit(request, idempotency_key=idempotency_key, caller=caller)
         usage = video_usage(request.model_extra)
-        await self._usage.record_durably(key, self._model, usage, request_id=f"video:{task.id}")
+        charge(*await self._usage.record_durably(key, self._model, usage, request_id=f"video:{task.id}"))
         return task, created
 
     async def get(self, task_id: str) -> Task:
@@ -121,10 +127,10 @@ class MeteredSearch(SearchService):
 
     async def upsert(self, name: str, documents: Sequence[NewDocument], *, use_cache: bool = True) -> UpsertResult:
         result = await super().upsert(name, documents, use_cache=use_cache)
-        self._usage.record(current_key(), result.model, result.usage)
+        charge(*self._usage.record(current_key(), result.model, result.usage))
         return result
 
     async def search(self, name: str, query: str, **options: Any) -> SearchResult:
         result = await super().search(name, query, **options)
-        self._usage.record(current_key(), result.model, result.usage)
+        charge(*self._usage.record(current_key(), result.model, result.usage))
         return result

@@ -14,7 +14,7 @@ from gateway.protocol.chat import ChatCompletionRequest
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.embeddings import ERRORS
 from gateway.routes.event_stream import Opened, OpeningEventStream
-from gateway.services.chat import CacheResult, ChatService, estimate_tokens
+from gateway.services.chat import CacheResult, ChatService, estimate_tokens, usage_requested
 from gateway.usage.hooks import record_usage_durably
 from gateway.usage.metering import metered_stream
 from gateway.usage.record import chat_usage
@@ -44,6 +44,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
                 metered = metered_stream(
                     events,
                     cached=result.outcome != "miss",
+                    usage_requested=usage_requested(payload),
                     reservation=reservation,
                     held=held,
                     record=lambda usage: record_usage_durably(request, body.model, usage),

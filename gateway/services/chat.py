@@ -106,6 +106,9 @@ class ChatService:
 
     def _validate(self, body: dict[str, Any]) -> None:
         require_unicode(body)
+        if not isinstance(body.get("stream_options", {}), dict):
+            kind = type(body["stream_options"]).__name__
+            raise InvalidRequestError(f"stream_options must be an object, got {kind}", param="stream_options")
         chars = prompt_chars(body)
         if chars > self._max_prompt_chars:
             raise InvalidRequestError(
@@ -166,7 +169,8 @@ class ChatService:
             try:
                 slot = await attempt.enter_async_context(self._quota.slot(estimate_tokens(body)))
                 upstream_body = {**body, "model": model}
-                if stream:
+                if stream:  # always with its usage: the key's record and limits need it; clients may not get it
+                    upstream_body["stream_options"] = {**body.get("stream_options", {}), "include_usage": True}
                     opened = self._llm.stream(upstream_body, before_retry=slot.pace)
                     result: Any = await attempt.enter_async_context(opened)
                 else:
@@ -224,7 +228,8 @@ class ChatService:
 
 def account_usage(model: str, usage: dict[str, Any], slot: Slot) -> None:
     """Count the billed tokens and settle the quota's token estimate with them, reasoning included. An answer
-    without usage (an OpenAI-style stream sends it only when asked) keeps its estimate charged, rather than none."""
+    without usage (an upstream that ignored `stream_options.include_usage`) keeps its estimate charged, rather
+    than none."""
     prompt, completion = _token_count(usage, "prompt_tokens"), _token_count(usage, "completion_tokens")
     if prompt is None and completion is None:
         return
@@ -260,6 +265,13 @@ def estimate_tokens(body: dict[str, Any]) -> int:
     if not isinstance(budget, int) or budget < 1:
         budget = REASONING_ANSWER_BUDGET if reasoning_requested(body) else DEFAULT_ANSWER_BUDGET
     return math.ceil(prompt_chars(body) / 4) + budget
+
+
+def usage_requested(body: dict[str, Any]) -> bool:
+    """Whether the client asked for a stream's usage chunk (`stream_options: {"include_usage": true}`); the
+    gateway asks the upstream for it either way, and passes it on only then."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 def reasoning_requested(body: dict[str, Any]) -> bool:

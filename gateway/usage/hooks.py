@@ -7,6 +7,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from gateway.keys.middleware import request_key
+from gateway.usage.pricing import format_cost
 from gateway.usage.record import Usage
 from gateway.usage.recorder import UsageRecorder
 
@@ -31,4 +32,4 @@ async def record_usage_durably(
 
 
 def cost_header(usage: Usage) -> dict[str, str]:
-    return {"X-Request-Cost": f"{usage.cost:.6f}"}
+    return {"X-Request-Cost": format_cost(usage.cost)}

@@ -21,6 +21,11 @@ class ModelPrice(BaseModel):
     video_second: float = Field(0.0, ge=0, description="Per second of generated video.")
 
 
+def format_cost(cost: float) -> str:
+    """A cost as `X-Request-Cost` (and gRPC's `x-request-cost`) carry it: six decimals, the table's currency."""
+    return f"{cost:.6f}"
+
+
 class PriceTable:
     def __init__(self, prices: dict[str, ModelPrice]) -> None:
         self._prices = prices

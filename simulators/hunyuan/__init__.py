@@ -8,10 +8,11 @@ included, answers 400 `model_not_found`); errors are TokenHub's bodies, `{"error
 "code", "source", "request_id"}}`, 429 and 503 with `Retry-After`. Reasoning models think first, as
 TokenHub documents (thinking switch `{"thinking": {"type": "enabled"}}`; hy3-preview's default is off): the
 stream carries `delta.reasoning_content` pieces before the content, the completion `message.reasoning_content`,
-the usage `completion_tokens_details.reasoning_tokens`. On request it misbehaves the way the real
-service does: time to first token, token pacing, a per-second quota, a concurrency limit, random or scripted
-failures before the first byte, streams cut off without `[DONE]`, and UTF-8 characters split across two
-network writes.
+the usage `completion_tokens_details.reasoning_tokens`. A stream carries its usage only when asked for
+(`stream_options: {"include_usage": true}`), as OpenAI's: one last chunk with `choices: []` and the usage. On
+request it misbehaves the way the real service does: time to first token, token pacing, a per-second quota, a
+concurrency limit, random or scripted failures before the first byte, streams cut off without `[DONE]`, and UTF-8
+characters split across two network writes.
 
 `SimulatorConfig` may be changed while the server runs (each request reads it on arrival);
 `SimulatorStats` (`app.state.stats`) records what arrived. Times are `time.monotonic()` seconds.

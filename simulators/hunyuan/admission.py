@@ -40,7 +40,7 @@ class Admission:
         if expected is not None and authorization != f"Bearer {expected}":
             raise SimulatedAPIError(401, "missing or wrong API key in the Authorization: Bearer header")
 
-    def admit(self, now: float) -> None:
+    def admit(self, now: float, user: str = "") -> None:
         """Raise the failure due before the first byte, or count the request in flight."""
         config = self.config
         if config.fail_next and (status := config.fail_next.pop(0)) != 200:
@@ -50,7 +50,7 @@ class Admission:
             message = f"{self.stats.in_flight} requests in flight >= concurrency limit {config.max_concurrency}"
             raise SimulatedAPIError(429, message, "concurrency_limit_exceeded")
         self._random_failure(config)
-        self.stats.admit()
+        self.stats.admit(user)
 
     def stream_drop(self) -> int | None:
         """After how many chunks this stream is cut (None: it is not), counting down `drop_streams`."""

@@ -15,7 +15,7 @@ from simulators.hunyuan.admission import Admission
 from simulators.hunyuan.config import SimulatorConfig
 from simulators.hunyuan.errors import SimulatedAPIError
 from simulators.hunyuan.pacing import SimulatedStream, complete, events
-from simulators.hunyuan.replies import answer
+from simulators.hunyuan.replies import answer, usage_requested
 from simulators.serve import simulator_app
 
 router = APIRouter()
@@ -59,6 +59,8 @@ def _validated(body: dict[str, Any] | None, models: Sequence[str]) -> dict[str, 
     if thinking is not None and (not isinstance(thinking, dict) or thinking.get("type") not in ("enabled", "disabled")):
         message = f"invalid parameter 'thinking': type must be enabled or disabled, got {thinking!r}"
         raise SimulatedAPIError(400, message)
+    if not isinstance(body.get("stream_options", {}), dict):
+        raise SimulatedAPIError(400, f"stream_options must be an object, got {body['stream_options']!r}")
     if not isinstance(body.get("reasoning_effort", ""), str):
         raise SimulatedAPIError(400, f"reasoning_effort must be a string, got {body['reasoning_effort']!r}")
     return body
@@ -75,12 +77,15 @@ async def chat_completions(request: Request) -> Response:
     payload = _validated(body, simulator.config.models)
     config = copy.copy(simulator.config)  # what this request runs with, whatever a test changes meanwhile
     reply = answer(payload, config)
-    simulator.admit(now)
+    user = payload["user"] if isinstance(payload.get("user"), str) else ""
+    simulator.admit(now, user)
     simulator.stats.responses_by_status[200] += 1
+    simulator.stats.usage_by_answer[reply.id] = reply.usage
     if payload.get("stream"):
         config.drop_stream_after_chunks = simulator.stream_drop()
-        return SimulatedStream(events(reply, config), simulator.stats)
-    return await complete(reply, config, simulator.stats)
+        stream = events(reply, config, include_usage=usage_requested(payload))
+        return SimulatedStream(stream, simulator.stats, user)
+    return await complete(reply, config, simulator.stats, user)
 
 
 @router.get("/v1/models")

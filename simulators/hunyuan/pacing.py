@@ -41,11 +41,12 @@ def _writes(event: bytes, split_utf8: bool) -> list[bytes]:
     return [event] if cut is None else [event[:cut], event[cut:]]
 
 
-async def events(answer: Answer, config: SimulatorConfig) -> AsyncGenerator[bytes, None]:
-    """The stream: role chunk and first piece after the TTFT, the other pieces paced, then [DONE]."""
+async def events(answer: Answer, config: SimulatorConfig, *, include_usage: bool) -> AsyncGenerator[bytes, None]:
+    """The stream: role chunk and first piece after the TTFT, the other pieces paced, the usage chunk if asked
+    for, then [DONE]."""
     await asyncio.sleep(config.ttft_seconds)
     drop_after = config.drop_stream_after_chunks
-    for index, chunk in enumerate(answer.chunks()):
+    for index, chunk in enumerate(answer.chunks(include_usage=include_usage)):
         if drop_after is not None and index >= drop_after:
             raise _StreamDroppedError
         if 1 < index <= answer.piece_count:
@@ -62,10 +63,11 @@ async def events(answer: Answer, config: SimulatorConfig) -> AsyncGenerator[byte
 class SimulatedStream(StreamingResponse):
     """An SSE response that records how it ended and closes its generator as soon as it does."""
 
-    def __init__(self, events: AsyncGenerator[bytes, None], stats: SimulatorStats) -> None:
+    def __init__(self, events: AsyncGenerator[bytes, None], stats: SimulatorStats, user: str = "") -> None:
         super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         self._events = events
         self._stats = stats
+        self._user = user
         self._completed = False
 
     async def stream_response(self, send: Send) -> None:
@@ -82,15 +84,15 @@ class SimulatedStream(StreamingResponse):
             # Returning without the final body makes uvicorn close the connection mid-stream.
             outcome = "dropped"
         finally:
-            self._stats.close_stream(outcome)
+            self._stats.close_stream(outcome, self._user)
             with anyio.CancelScope(shield=True):
                 await self._events.aclose()
 
 
-async def complete(answer: Answer, config: SimulatorConfig, stats: SimulatorStats) -> JSONResponse:
+async def complete(answer: Answer, config: SimulatorConfig, stats: SimulatorStats, user: str = "") -> JSONResponse:
     """A non-streaming answer arrives when a stream of it would have ended."""
     try:
         await asyncio.sleep(config.ttft_seconds + _piece_seconds(config) * max(answer.piece_count - 1, 0))
     finally:
-        stats.in_flight -= 1
+        stats.release(user)
     return JSONResponse(answer.completion())

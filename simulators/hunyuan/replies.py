@@ -109,13 +109,18 @@ class Answer:
         choice = {"index": 0, "message": message, "finish_reason": self.finish_reason}
         return {**self._envelope("chat.completion"), "choices": [choice], "usage": self.usage}
 
-    def chunks(self) -> list[dict[str, Any]]:
-        """The role chunk, one chunk per reasoning piece, one per content piece, and the last chunk with
-        finish_reason and usage."""
+    def chunks(self, *, include_usage: bool = False) -> list[dict[str, Any]]:
+        """The role chunk, one chunk per reasoning piece, one per content piece, the chunk with finish_reason,
+        and, when the request asked for it (`stream_options.include_usage`), OpenAI's usage chunk: no choices,
+        only the usage. Without it a stream carries no usage at all, as OpenAI's and TokenHub's do."""
         first = self._chunk({"role": "assistant", "content": ""}, None)
         thoughts = [self._chunk({"reasoning_content": piece}, None) for piece in self.reasoning]
-        last = {**self._chunk({}, self.finish_reason), "usage": self.usage}
-        return [first, *thoughts, *(self._chunk({"content": piece}, None) for piece in self.pieces), last]
+        contents = [self._chunk({"content": piece}, None) for piece in self.pieces]
+        finish = self._chunk({}, self.finish_reason)
+        if not include_usage:
+            return [first, *thoughts, *contents, finish]
+        usage = {**self._envelope("chat.completion.chunk"), "choices": [], "usage": self.usage}
+        return [first, *thoughts, *contents, finish, usage]
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
@@ -123,6 +128,12 @@ class Answer:
 
     def _envelope(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+
+def usage_requested(body: dict[str, Any]) -> bool:
+    """Whether a streamed request asked for the usage chunk (`stream_options: {"include_usage": true}`)."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 def answer(body: dict[str, Any], config: SimulatorConfig) -> Answer:

@@ -1,6 +1,8 @@
-"""Real `python -m gateway` processes on free ports for tests that kill and restart them, and the calls those
-tests make on them. Each process's output goes to a log file; `Gateways.tails()` belongs in every assertion
-message. The Pika simulator the gateways call runs in the test's process, so tests read what the upstream saw.
+"""Real `python -m gateway` processes on free ports for tests that kill and restart them, or run several replicas,
+and the calls those tests make on them. Each process's output goes to a log file (the test keeps no handle on it
+open); `Gateways.tails()` belongs in every assertion message. `Gateways.stop_all()` stops them as a deployment
+would (SIGTERM) and fails the test, with the log tails, when one does not exit in time. The simulators the
+gateways call run in the test's process, so tests read what the upstream saw.
 """
 
 from __future__ import annotations
@@ -71,6 +73,24 @@ class GatewayProcess:
             )
             time.sleep(0.1)
 
+    def terminate(self) -> None:
+        """SIGTERM, as Kubernetes stops a pod: the gateway shuts down on its own."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
+    def wait_stopped(self, timeout: float) -> str | None:
+        """Wait for the process to exit; one still running after `timeout` is killed, and the reason is returned
+        (with its log tail) for the test to fail with."""
+        if self.process is None:
+            return None
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            return f"gateway {self.name} did not exit within {timeout} s of SIGTERM and was killed\n{self.tail()}"
+        return None
+
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, leases and in-flight work are left as they are."""
         if self.process is not None and self.process.poll() is None:
@@ -109,6 +129,14 @@ class Gateways:
 
     def tails(self) -> str:
         return "\n".join(gateway.tail() for gateway in self.started)
+
+    def stop_all(self, timeout: float = 30.0) -> None:
+        """SIGTERM to all, then wait for each; fails the test (after all are gone) if any had to be killed."""
+        for gateway in self.started:
+            gateway.terminate()
+        stuck = [reason for gateway in self.started if (reason := gateway.wait_stopped(timeout)) is not None]
+        if stuck:
+            pytest.fail("\n".join(stuck))
 
     def kill_all(self) -> None:
         for gateway in self.started:

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from localtriton.ports import free_port
-from localtriton.server import TritonProcess, wait_for_http_ok
-from tests.helpers.checkout import ROOT
+from localtriton.server import TritonProcess
+from tests.helpers.gateway_processes import Gateways
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 
 pytestmark = pytest.mark.slow
@@ -23,42 +20,29 @@ REQUESTS = 300
 
 
 @pytest.fixture
-def replicas(redis_url: str, triton: TritonProcess, hunyuan_simulator: RunningHunyuanSimulator) -> Iterator[list[str]]:
+def replicas(
+    redis_url: str, triton: TritonProcess, hunyuan_simulator: RunningHunyuanSimulator, gateways: Gateways
+) -> Iterator[list[str]]:
     hunyuan_simulator.config.api_key = "quota-key"
     hunyuan_simulator.config.qps_quota = QUOTA
-    processes, urls = [], []
-    for _ in range(3):
-        port = free_port()
-        env = {
-            **os.environ,
-            "TRITON_URL": triton.grpc_url,
-            "REDIS_URL": redis_url,
-            # What is tested is the shared quota, not the fallback: a busy CI host must not push Redis
-            # calls past the default 0.25 s timeout and so into each replica limiting alone.
-            "REDIS_TIMEOUT_SECONDS": "2",
-            "HUNYUAN_BASE_URL": hunyuan_simulator.base_url,
-            "HUNYUAN_API_KEY": "quota-key",
-            "HUNYUAN_REQUESTS_PER_SECOND": str(QUOTA),
-            "HUNYUAN_MAX_WAIT_SECONDS": "60",
-            "HUNYUAN_MAX_RETRIES": "0",  # a 429 would surface instead of being retried away
-            "GATEWAY_HOST": "127.0.0.1",
-            "GATEWAY_HTTP_PORT": str(port),
-            "GATEWAY_GRPC_PORT": str(free_port()),
-            "GATEWAY_LOG_LEVEL": "WARNING",
-        }
-        processes.append(
-            subprocess.Popen([sys.executable, "-m", "gateway"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-        )
-        urls.append(f"http://127.0.0.1:{port}")
-    try:
-        for url in urls:
-            wait_for_http_ok(f"{url}/healthz", timeout=60)
-        yield urls
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
+    variables = {
+        "TRITON_URL": triton.grpc_url,
+        "REDIS_URL": redis_url,
+        # What is tested is the shared quota, not the fallback: a busy CI host must not push Redis
+        # calls past the default 0.25 s timeout and so into each replica limiting alone.
+        "REDIS_TIMEOUT_SECONDS": "2",
+        "HUNYUAN_BASE_URL": hunyuan_simulator.base_url,
+        "HUNYUAN_API_KEY": "quota-key",
+        "HUNYUAN_REQUESTS_PER_SECOND": str(QUOTA),
+        "HUNYUAN_MAX_WAIT_SECONDS": "60",
+        "HUNYUAN_MAX_RETRIES": "0",  # a 429 would surface instead of being retried away
+        "GATEWAY_LOG_LEVEL": "WARNING",
+    }
+    started = [gateways.create(str(n), free_port(), variables).launch() for n in range(3)]
+    for gateway in started:
+        gateway.wait_healthy()
+    yield [gateway.base_url for gateway in started]
+    gateways.stop_all()
 
 
 def test_three_replicas_never_exceed_the_accounts_qps(

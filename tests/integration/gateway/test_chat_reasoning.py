@@ -67,6 +67,7 @@ def test_the_openai_client_receives_the_reasoning_then_the_answer(client: openai
         model="hy3-preview",
         messages=[{"role": "user", "content": QUESTION}],
         stream=True,
+        stream_options={"include_usage": True},
         extra_body={"thinking": THINKING},
     )
     order: list[tuple[str, str]] = []
@@ -169,7 +170,8 @@ def test_the_semantic_cache_matches_conversations_whose_earlier_reasoning_differ
 def test_grpc_chat_carries_the_reasoning_before_the_content(gateway: RunningGateway) -> None:
     with grpc.insecure_channel(gateway.grpc_target) as channel:
         stub = pb_grpc.ChatStub(channel)
-        request = pb.ChatRequest(body_json=json.dumps(ask("Reason over gRPC.", thinking=THINKING)))
+        body = ask("Reason over gRPC.", thinking=THINKING, stream_options={"include_usage": True})
+        request = pb.ChatRequest(body_json=json.dumps(body))
         chunks = list(stub.Complete(request, timeout=30))
     kinds = ["reasoning" if c.reasoning_content else "content" for c in chunks if c.reasoning_content or c.content]
     assert kinds == sorted(kinds, key=["reasoning", "content"].index) and kinds[0] == "reasoning"

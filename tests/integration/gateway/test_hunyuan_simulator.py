@@ -97,10 +97,29 @@ def test_stream_sends_role_content_and_final_chunks_then_done(
     assert streamed_content(chunks) == ANSWER
     assert [chunk["choices"][0]["finish_reason"] for chunk in chunks[:-1]] == [None] * (len(chunks) - 1)
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
-    assert chunks[-1]["usage"]["completion_tokens"] == len(chunks) - 2
+    assert not any("usage" in chunk for chunk in chunks)  # not asked for: OpenAI streams carry none
     stats = hunyuan_simulator.stats
     wait_for(lambda: stats.streams_completed == 1)
     assert (stats.streams_open, stats.in_flight, stats.streams_cancelled) == (0, 0, 0)
+    assert list(stats.usage_by_answer) == [chunks[0]["id"]]
+
+
+def test_a_stream_asked_for_usage_ends_with_a_usage_chunk_without_choices(
+    hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+) -> None:
+    body = chat_request(stream=True, stream_options={"include_usage": True})
+    with http.stream("POST", f"{hunyuan_simulator.base_url}/chat/completions", json=body) as r:
+        data = sse_data(r.read().decode())
+
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(item) for item in data[:-1]]
+    *answer, usage = chunks
+    assert usage["choices"] == [] and usage["object"] == "chat.completion.chunk" and usage["id"] == answer[0]["id"]
+    assert usage["usage"]["completion_tokens"] == len(split_pieces(ANSWER)) == len(answer) - 2
+    assert answer[-1]["choices"][0]["finish_reason"] == "stop" and not any("usage" in c for c in answer)
+    assert hunyuan_simulator.stats.usage_by_answer == {usage["id"]: usage["usage"]}
+    refused = http.post(f"{hunyuan_simulator.base_url}/chat/completions", json=chat_request(stream_options=True))
+    assert_error(refused, 400)
 
 
 def test_first_chunk_comes_after_the_ttft_and_pieces_are_paced(

@@ -50,10 +50,13 @@ def test_who_thinks_follows_the_switch_and_each_models_default(
 def test_a_stream_sends_every_reasoning_piece_before_the_first_content(
     hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
 ) -> None:
-    response = complete(hunyuan_simulator, http, "hy3-preview", stream=True, thinking={"type": "enabled"})
+    response = complete(
+        hunyuan_simulator, http, "hy3-preview", stream=True, thinking={"type": "enabled"},
+        stream_options={"include_usage": True},
+    )  # fmt: skip
     events = [line[len("data: ") :] for line in response.text.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
-    deltas = [json.loads(event)["choices"][0]["delta"] for event in events[:-1]]
+    deltas = [json.loads(event)["choices"][0]["delta"] for event in events[:-2]]
     kinds = ["reasoning" if "reasoning_content" in d else "content" for d in deltas if d.get("content") or len(d) == 1]
     assert kinds == ["reasoning"] * len(split_pieces(THOUGHTS)) + ["content"] * len(split_pieces(echo_reply(MESSAGES)))
     assert "".join(d.get("reasoning_content", "") for d in deltas) == THOUGHTS

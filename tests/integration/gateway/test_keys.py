@@ -21,6 +21,7 @@ from gateway.keys.model import hash_secret
 from gateway.settings import AuthSettings, HunyuanQuotaSettings, HunyuanSettings, RedisSettings, UsageSettings
 from gateway.usage.pricing import ModelPrice
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
+from tests.helpers.metrics import metric
 from tests.helpers.redis_fixtures import RedisServer
 from tests.helpers.running_gateway import RunningGateway
 
@@ -209,35 +210,62 @@ def test_grpc_checks_the_same_keys_and_scopes(start: Callable[..., RunningGatewa
 def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
     start: Callable[..., RunningGateway], hunyuan_simulator: RunningHunyuanSimulator, tmp_path: Path
 ) -> None:
-    hunyuan_simulator.config.ttft_seconds = 0.5  # calls last long enough to overlap
+    """Team busy (2 concurrent streams) floods with 8 callers; team quiet (no limit of its own) sends 2 at a time.
+    The account allows 4 calls at once: busy's extra streams are refused by busy's own limit before they queue for
+    the account's quota, so they never hold or wait for an account slot, and quiet's streams all get slots."""
+    hunyuan_simulator.config.ttft_seconds = 0.3  # calls last long enough to overlap
     keys_file = tmp_path / "keys.yaml"
     keys_file.write_text(
-        "teams:\n  busy: {limits: {concurrent_chat_streams: 2}}\n  quiet: {limits: {concurrent_chat_streams: 2}}\n"
+        "teams:\n  busy: {limits: {concurrent_chat_streams: 2}}\n"
         "keys:\n  - {name: a, team: busy, secret: sk-team-busy-key-0001}\n"
         "  - {name: b, team: quiet, secret: sk-team-quiet-key-0002}\n"
     )
-    quota = HunyuanQuotaSettings(max_concurrent=4, max_wait_seconds=30)
+    quota = HunyuanQuotaSettings(requests_per_second=1000, max_concurrent=4, max_wait_seconds=30)
     hunyuan = HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key"), quota=quota)
     gateway = start(keys_file=str(keys_file), concerns={"hunyuan": hunyuan})
+    waits_before = quota_waits_over_a_quarter_second(gateway)
 
-    async def flood() -> tuple[list[httpx.Response], list[httpx.Response]]:
+    async def load() -> tuple[list[httpx.Response], list[httpx.Response]]:
         async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
 
-            def ask(secret: str, n: int) -> Any:
-                body = {**CHAT, "messages": [{"role": "user", "content": f"question {secret[-4:]} {n}"}]}
-                return client.post("/v1/chat/completions", json=body, headers=bearer(secret))
+            async def caller(team: str, secret: str, n: int, requests: int) -> list[httpx.Response]:
+                answers = []
+                for i in range(requests):
+                    # `user` (forwarded upstream) tells the simulator whose call holds each of its slots.
+                    content = f"question {team} {n} {i}"
+                    body = {**CHAT, "stream": True, "user": team, "messages": [{"role": "user", "content": content}]}
+                    answers.append(await client.post("/v1/chat/completions", json=body, headers=bearer(secret)))
+                return answers
 
-            busy = [ask("sk-team-busy-key-0001", n) for n in range(8)]
-            quiet = [ask("sk-team-quiet-key-0002", n) for n in range(2)]
+            busy = [caller("busy", "sk-team-busy-key-0001", n, 6) for n in range(8)]
+            quiet = [caller("quiet", "sk-team-quiet-key-0002", n, 4) for n in range(2)]
             answers = await asyncio.gather(*busy, *quiet)
-            return answers[:8], answers[8:]
+            return [a for group in answers[:8] for a in group], [a for group in answers[8:] for a in group]
 
-    busy, quiet = asyncio.run(flood())
-    assert [a.status_code for a in quiet] == [200, 200]  # the busy team's flood took none of their slots
-    assert sorted(a.status_code for a in busy) == [200, 200, *[429] * 6]
-    refused = next(a for a in busy if a.status_code == 429)
-    assert refused.json()["error"]["code"] == "rate_limit_exceeded" and "team 'busy'" in refused.text
-    assert hunyuan_simulator.stats.max_in_flight <= 4
+    busy, quiet = asyncio.run(load())
+    assert [a.status_code for a in quiet] == [200] * 8, [a.text for a in quiet if a.status_code != 200]
+    assert all(a.text.endswith("data: [DONE]\n\n") for a in quiet)  # served in full, not refused mid-way
+    refused = [a for a in busy if a.status_code == 429]
+    assert refused and len(refused) + sum(a.status_code == 200 for a in busy) == len(busy)
+    for answer in refused:  # refused by its own limit, never by the account's quota
+        error = answer.json()["error"]
+        assert error["code"] == "rate_limit_exceeded" and "team 'busy'" in error["message"], error
+        assert "concurrent chat streams" in error["message"]
+    stats = hunyuan_simulator.stats
+    assert stats.max_in_flight_by_user["busy"] <= 2  # busy never held more than its own limit of account slots
+    assert stats.max_in_flight_by_user["quiet"] == 2  # quiet got both of its slots at once while busy flooded
+    assert stats.max_in_flight <= 4 and stats.rate_limited == 0
+    # 2 of busy's and 2 of quiet's fit the account's 4 at once: no call queued for a slot (a call that did would
+    # have waited for one to end, 0.3 s at least).
+    assert quota_waits_over_a_quarter_second(gateway) == waits_before
+
+
+def quota_waits_over_a_quarter_second(gateway: RunningGateway) -> float:
+    """Calls that waited longer than 0.25 s for the account's Hunyuan quota, counted since the process started."""
+    with httpx.Client(timeout=30) as http:
+        total = metric(http, gateway.base_url, "gateway_quota_wait_seconds_count", limiter="hunyuan")
+        within = metric(http, gateway.base_url, "gateway_quota_wait_seconds_bucket", le="0.25", limiter="hunyuan")
+    return total - within
 
 
 def test_a_redis_outage_keeps_the_keys_in_force_and_the_admin_api_answers_503(

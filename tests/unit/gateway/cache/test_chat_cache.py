@@ -109,7 +109,8 @@ def test_reasoning_is_kept_and_replayed_before_the_answer_both_ways() -> None:
     assert (message["reasoning_content"], message["content"]) == ("Thinking.", "Answer")
     assert completion["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}
     replayed = completion_to_chunks(completion)  # a completion replayed as a stream: reasoning first
-    deltas = [c["choices"][0]["delta"] for c in replayed]
+    deltas = [c["choices"][0]["delta"] for c in replayed if c["choices"]]
+    assert replayed[-1]["choices"] == []  # the usage in a chunk of its own, as the upstream sends it
     assert deltas[0] == {"role": "assistant", "reasoning_content": "Thinking."}
     assert deltas[1] == {"content": "Answer"} and replayed[-1]["usage"] == completion["usage"]
     assert chunks_to_completion(replayed) == completion
