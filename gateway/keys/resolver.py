@@ -14,10 +14,10 @@ import asyncio
 import hmac
 import logging
 import time
-from contextlib import suppress
 from pathlib import Path
 
 from gateway.auth import bearer_token
+from gateway.background import cancel_and_wait
 from gateway.errors import AuthenticationError, GatewayError
 from gateway.keys.keys_file import KeysFileError, parse_keys_file
 from gateway.keys.model import ALL_SCOPES, NO_LIMITS, UNNAMED_TEAM, ApiKey, KeyLimits, hash_secret, key_id_for
@@ -125,9 +125,7 @@ class KeyResolver:
 
     async def aclose(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task, name="API key refresh")
 
     async def refresh(self) -> None:
         """Reload whatever changed since the last look (also called right after an admin write)."""

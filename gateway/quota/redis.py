@@ -13,6 +13,7 @@ from importlib.resources import files
 from typing import Any
 
 from gateway import metrics
+from gateway.background import cancel_and_wait
 from gateway.quota.base import Denial, Grant, QuotaConfig, Reason
 from gateway.quota.in_process import InProcessQuota
 from gateway.quota.waiting import WaitingLimiter
@@ -74,9 +75,8 @@ class RedisQuotaLimiter(WaitingLimiter):
         return self._degraded
 
     async def aclose(self) -> None:
-        for task in (*self._renewals.values(), *self._retries):
-            task.cancel()
-        await asyncio.gather(*self._renewals.values(), *self._retries, *self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._renewals.values(), *self._retries, name=f"{self.name} quota lease renewals")
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._redis.aclose()
 
     async def _attempt(self, reserved: int) -> Grant | Denial:

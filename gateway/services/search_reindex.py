@@ -28,6 +28,7 @@ import math
 import time
 from typing import Any
 
+from gateway.background import cancel_and_wait
 from gateway.errors import ConflictError, GatewayError, NotFoundError, UpstreamUnavailableError
 from gateway.search.documents import Collection
 from gateway.search.store import CollectionNotFoundError, VectorStore
@@ -74,9 +75,7 @@ class ReindexJobs:
 
     async def aclose(self) -> None:
         jobs = [*self._running.values(), *([self._scanner] if self._scanner else [])]
-        for job in jobs:
-            job.cancel()
-        await asyncio.gather(*jobs, return_exceptions=True)
+        await cancel_and_wait(*jobs, name="re-index jobs")
         self._running.clear()
 
     async def submit(self, name: str) -> tuple[Task, bool]:

@@ -18,6 +18,7 @@ import random
 from typing import Protocol
 
 from gateway import metrics
+from gateway.background import cancel_and_wait
 from gateway.quota.base import QuotaLimiter
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_lost_jobs import CLOCK_SLACK_SECONDS, LostJobFinder, RequestHistory
@@ -88,8 +89,7 @@ class VideoTaskRunner:
         """Stop scanning, let submits at the upstream record their outcome (`VideoSubmitter.aclose`), stop the
         background steps, and give the stops of untracked jobs their time (`VideoReaper.aclose`)."""
         if self._scanner is not None:
-            self._scanner.cancel()
-            await asyncio.gather(self._scanner, return_exceptions=True)
+            await cancel_and_wait(self._scanner, name="image task scanner")
         await self.submitter.aclose(drain_seconds)
         await self._steps.aclose()
         await self.reaper.aclose(drain_seconds)

@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
+from gateway.background import cancel_and_wait
 from gateway.redis_client import REDIS_FAILURES, RedisConnection
 from gateway.tasks.base import ChangeNotifier, Lease, TaskChanges, TaskStoreError
 from gateway.tasks.model import OPEN_STATES, TERMINAL_STATES, Task, TaskState
@@ -86,9 +87,7 @@ class RedisTaskStore:
     async def aclose(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
-            listener.cancel()
-            with suppress(asyncio.CancelledError):
-                await listener
+            await cancel_and_wait(listener, name="task change listener")
         await self._redis.aclose()
 
     async def create(self, task: Task, lease: Lease | None = None) -> tuple[Task, bool]:
