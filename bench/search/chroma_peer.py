@@ -8,7 +8,8 @@ INPUT_DIR (written by `bench.search.chroma`) holds `input.json` (the documents, 
 texts and the sweep) and `filler.npy` (the top-up's vectors). The steps mirror the gateway's: ingest the real
 documents in 64-document batches, 4 at a time (the embedding function embeds them); answer every query (quality);
 add the top-up with its vectors given; then the latency sweep, each query embedded by the embedding function.
-Only the standard library, numpy, onnxruntime, tokenizers and chromadb: nothing of the stack's environment.
+Only the standard library, numpy, onnxruntime, tokenizers and chromadb, plus the bench's numpy-only
+`bench.search.quality`: nothing else of the stack's environment.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # bench.search.quality: numpy only, as this environment has it
+from bench.search.quality import exact_ranked  # noqa: E402 (after the path it is found on)
+
 REPOSITORY = ROOT / "model_repository"
 ADD_BATCH = 5_000  # under chromadb's maximum batch size
 
@@ -77,31 +81,33 @@ def embedding_function(embedder: Int8Embedder) -> Any:
     return ServedInt8()
 
 
-def timed(call: Callable[[int], Any], count: int, concurrency: int) -> tuple[float, list[float], list[Any]]:
-    """call(i) for i < count, `concurrency` threads: (elapsed s, latencies s, answers in order)."""
-    latencies = [0.0] * count
+def timed(
+    call: Callable[[int], Any], count: int, concurrency: int, seconds: float | None = None
+) -> tuple[float, list[float], list[Any]]:
+    """call(i) for i < count, `concurrency` threads, none started after `seconds`: (elapsed s, the latencies (s)
+    of the calls made, answers in order)."""
+    latencies: list[float | None] = [None] * count
     answers: list[Any] = [None] * count
+    started = time.perf_counter()
+    deadline = started + seconds if seconds is not None else float("inf")
+    ended = started
 
     def one(index: int) -> None:
+        nonlocal ended
         began = time.perf_counter()
+        if began > deadline:
+            return
         answers[index] = call(index)
-        latencies[index] = time.perf_counter() - began
+        ended = time.perf_counter()
+        latencies[index] = ended - began
 
-    started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, range(count)))
-    return time.perf_counter() - started, latencies, answers
+    return ended - started, [latency for latency in latencies if latency is not None], answers
 
 
-def exact_ranked(documents: Any, queries: Any, top_k: int) -> list[list[int]]:
-    """Each query's top_k rows of `documents` by exact cosine (unit vectors), best first: the reference for the
-    vectors chromadb itself stored (the stack's `bench.search.quality` needs packages this environment lacks)."""
-    ranked: list[list[int]] = []
-    for query in queries:
-        scores = documents @ query
-        top = np.argpartition(-scores, top_k - 1)[:top_k]
-        ranked.append([int(i) for i in top[np.argsort(-scores[top])]])
-    return ranked
+def say(line: str) -> None:
+    print(time.strftime("%H:%M:%S"), line, flush=True)
 
 
 def sweep_point(
@@ -118,7 +124,9 @@ def sweep_point(
         at = offset + index
         return ask(at, {"bucket": at % buckets} if filtered else None)
 
-    elapsed, latencies, _ = timed(search, count, concurrency)
+    elapsed, latencies, _ = timed(search, count, concurrency, given["point_seconds"])
+    say(f"run {run}, concurrency {concurrency}{' filter' if filtered else ''}: {len(latencies)} searches, "
+        f"{len(latencies) / elapsed:.0f}/s")  # fmt: skip
     return {"run": run, "concurrency": concurrency, "filtered": filtered, "elapsed": elapsed, "latencies": latencies}
 
 
@@ -146,6 +154,7 @@ def main() -> None:
 
         elapsed, _, _ = timed(add, len(starts), given["ingest_concurrency"])
         result["ingest_documents_per_second"] = len(texts) / elapsed
+        say(f"ingested {len(texts)} documents: {len(texts) / elapsed:.0f} documents/s")
         queries, top_k = given["queries"], given["top_k"]
 
         def ask(index: int, where: dict[str, Any] | None = None) -> list[str]:
@@ -159,6 +168,7 @@ def main() -> None:
         documents = np.asarray([by_id[i] for i in ids], dtype=np.float32)
         asked = np.stack([embedder([query])[0] for query in queries])
         result["exact_small"] = exact_ranked(documents, asked, top_k)
+        say(f"answered {len(queries)} queries")
         for at in range(0, len(filler), ADD_BATCH):
             collection.add(
                 ids=given["filler_ids"][at : at + ADD_BATCH],
@@ -166,6 +176,7 @@ def main() -> None:
                 documents=given["filler_texts"][at : at + ADD_BATCH],
                 metadatas=given["filler_metadatas"][at : at + ADD_BATCH],
             )
+        say(f"added the top-up of {len(filler)} vectors")
         _, _, answers = timed(ask, len(queries), 1)
         result["quality_full"] = answers
         result["exact_full"] = exact_ranked(np.concatenate([documents, filler]), asked, top_k)
