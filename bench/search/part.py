@@ -25,7 +25,7 @@ from bench.embeddings.repository import require_export
 from bench.processes import ServerProcess, stopped_on_exit
 from bench.results import PartResult, load_note
 from bench.search import api
-from bench.search.chroma import run_chroma
+from bench.search.chroma import POINT_SECONDS, run_chroma
 from bench.search.fill import filler, stored_vectors, write_top_up
 from bench.search.plan import CHROMA, CONCURRENCIES, DEFAULT_DATA, GATEWAY, PART, Plan
 from bench.search.quality import Vectors, exact_ranked, overlap, quality
@@ -99,6 +99,12 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, data: Path =
         max_length = int(json.loads((REPOSITORY / "bge_onnx/1/parity.json").read_text())["max_sequence_length"])
         peer = await run_chroma(plan, top_up.vectors, top_up.texts, log_dir / "chroma", max_length)
         measured.chroma_ingest = peer.ingest_documents_per_second
+        counts = {key: sum(len(run.latencies) for run in runs) for key, runs in peer.points.items()}
+        notes.append(
+            f"{CHROMA}: the same steps in its own process (bench/search/chroma_peer.py); a latency point starts no "
+            f"search after {POINT_SECONDS:.0f} s, searches made per point over all runs: "
+            + ", ".join(f"{c}{' filter' if f else ''}: {n}" for (c, f), n in sorted(counts.items()))
+        )
         for stage, found, exact in (("real documents", peer.quality_small, peer.exact_small),
                                     ("topped up", peer.quality_full, peer.exact_full)):  # fmt: skip
             measured.quality[f"{stage}: {CHROMA}"] = {
