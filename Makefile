@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 
 GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
-BENCH_PARTS := embeddings chat images caches keys gpu
+BENCH_PARTS := embeddings chat images caches keys search gpu
 
 .PHONY: help system-deps setup proto docs openapi export triton gateway up down demo eval-cache bench $(addprefix bench-,$(BENCH_PARTS)) helm-tools helm-lint helm-template test test-fast lint typecheck check clean
 

@@ -26,7 +26,7 @@ from bench.results import PartResult, machine
 
 log = logging.getLogger("bench")
 # A part's module, where it is not bench.<part>: "images" keeps the public route's name, its code says video.
-PART_MODULES = {"images": "bench.video"}
+PART_MODULES = {"images": "bench.video", "search": "bench.search.part"}
 
 
 async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool, options: dict[str, Any]) -> None:
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, help="embeddings, gpu: exported model repository")
     parser.add_argument("--model", help="embeddings: the checkpoint it was exported from (default: packaged MiniLM)")
     parser.add_argument("--no-infinity", dest="infinity", action="store_false", default=None, help="embeddings")
-    parser.add_argument("--data", type=Path, help="caches: folder with en/mrpc_test.tsv and zh/lcqmc_test.tsv")
+    parser.add_argument("--data", type=Path, help="caches, search: folder with en/mrpc_test.tsv and zh/lcqmc_test.tsv")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.parts) - set(PARTS))
     if unknown:

@@ -1,0 +1,142 @@
+"""The search part's run: Triton and the gateway (embedded store), then chromadb on the same data.
+
+1. Ingest: the real documents through the API in 64-document upserts, alternating run by run with the same texts
+   through 32-text /v1/embeddings requests (whose vectors are kept for the exact search).
+2. Quality on the real documents: every query through the API against exact cosine search over the same vectors.
+3. The gateway stops; the collection is topped up to `plan.total_documents` through its own store (`fill`), the
+   gateway starts again on it: quality once more, then the latency sweep (concurrency 1, 8, 32, with and without a
+   filter), with the gateway's histograms saying where the time went.
+4. chromadb, its embedding function running the served INT8 graph in-process, on the same documents, top-up and
+   queries (`chroma`).
+Every query and text is embedded by the model (the embedding cache is off and every request says no-cache).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from bench.embeddings.repository import require_export
+from bench.processes import ServerProcess, stopped_on_exit
+from bench.results import PartResult, load_note
+from bench.search import api
+from bench.search.chroma import POINT_SECONDS, run_chroma
+from bench.search.fill import filler, stored_vectors, write_top_up
+from bench.search.plan import CHROMA, CONCURRENCIES, DEFAULT_DATA, GATEWAY, PART, Plan
+from bench.search.quality import Vectors, exact_ranked, overlap, quality
+from bench.search.report import Measured, build_result
+from bench.stack import REPOSITORY, Endpoint, gateway, triton
+
+log = logging.getLogger("bench.search")
+
+
+async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, data: Path = DEFAULT_DATA) -> PartResult:
+    load_at_start = os.getloadavg()[0]
+    require_export(REPOSITORY)
+    plan = Plan.make(data, runs=runs, quick=quick)
+    corpus = plan.corpus
+    log_dir = out_dir / "logs" / PART
+    store = log_dir / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    measured = Measured()
+    notes = [
+        f"Documents: the {len(corpus.documents)} distinct second sentences of the positive pairs of MRPC and LCQMC "
+        f"test ({data}); queries: the {len(corpus.queries)} distinct first sentences, each with its pair's "
+        f"document as the right answer; every document has a `bucket` 0-9 (the filter asks for one).",
+        f"Latency on {len(corpus.documents) + plan.filler_count} documents: the real ones plus {plan.filler_count} "
+        f"vectors drawn around them, written through the gateway's EmbeddedStore while it was stopped "
+        f"(bench/search/fill.py); {plan.queries_per_point} searches per point and run, medians of {plan.runs} runs.",
+    ]
+
+    def write() -> PartResult:
+        result = build_result(measured, [*notes, load_note(load_at_start)])
+        result.write(out_dir)
+        return result
+
+    environment = {"EMBEDDING_CACHE_MB": "0", "SEARCH_PATH": str(store)}
+    servers: list[ServerProcess] = []
+    with stopped_on_exit(servers):
+        triton_endpoint = triton(log_dir, REPOSITORY)
+        servers.append(triton_endpoint.server)
+        triton_endpoint.server.start(triton_endpoint.ready_url, timeout=300)
+        environment["TRITON_URL"] = triton_endpoint.grpc_target
+        first = start_gateway(log_dir, environment, "gateway-search", servers)
+        await api.create_collection(first.base_url)
+        for number in range(plan.runs):
+            _, stats = await api.embed(first.base_url, corpus.documents)
+            measured.embed_rates.append(stats.items_per_second)
+            measured.ingest_rates.append(await api.ingest(first.base_url, plan))
+            log.info("run %d: embeddings %.0f texts/s, ingest %.0f documents/s", number + 1,
+                     measured.embed_rates[-1], measured.ingest_rates[-1])  # fmt: skip
+        queries, _ = await api.embed(first.base_url, corpus.queries, "query", batch=1, concurrency=1)
+        ranked = await api.answer_queries(first.base_url, corpus.queries, len(corpus.documents))
+        first.server.stop()
+        vectors = stored_vectors(store, [corpus.document_id(i) for i in range(len(corpus.documents))])
+        record_quality(measured, "real documents", ranked, vectors, queries, corpus.answers)
+        write()
+        top_up = filler(plan, vectors)
+        await write_top_up(store, plan, top_up)
+        notes.append(f"Top-up: written in {top_up.write_s:.1f} s, indexed in {top_up.index_s:.1f} s.")
+        second = start_gateway(log_dir, environment, "gateway-search-full", servers)
+        everything = np.concatenate([vectors, top_up.vectors])
+        ranked = await api.answer_queries(second.base_url, corpus.queries, len(corpus.documents))
+        record_quality(measured, "topped up", ranked, everything, queries, corpus.answers)
+        for number in range(plan.runs):
+            for concurrency in CONCURRENCIES:
+                for filtered in (False, True):
+                    stats, breakdown = await api.latency_point(second.base_url, plan, concurrency, filtered, number)
+                    measured.latency.setdefault((GATEWAY, concurrency, filtered), []).append(stats)
+                    measured.breakdowns.setdefault((concurrency, filtered), []).append(breakdown)
+                    log.info("gateway @ %d%s: p50 %.1f ms, p99 %.1f ms", concurrency, " filter" if filtered else "",
+                             stats.p(50), stats.p(99))  # fmt: skip
+            write()
+    if plan.chroma:
+        max_length = int(json.loads((REPOSITORY / "bge_onnx/1/parity.json").read_text())["max_sequence_length"])
+        peer = await run_chroma(plan, top_up.vectors, top_up.texts, log_dir / "chroma", max_length)
+        measured.chroma_ingest = peer.ingest_documents_per_second
+        counts = {key: sum(len(run.latencies) for run in runs) for key, runs in peer.points.items()}
+        notes.append(
+            f"{CHROMA}: the same steps in its own process (bench/search/chroma_peer.py); a latency point starts no "
+            f"search after {POINT_SECONDS:.0f} s, searches made per point over all runs: "
+            + ", ".join(f"{c}{' filter' if f else ''}: {n}" for (c, f), n in sorted(counts.items()))
+        )
+        for stage, found, exact in (("real documents", peer.quality_small, peer.exact_small),
+                                    ("topped up", peer.quality_full, peer.exact_full)):  # fmt: skip
+            measured.quality[f"{stage}: {CHROMA}"] = {
+                **quality(found, corpus.answers),
+                "top-10 overlap with exact": overlap(found, exact),
+            }
+            measured.quality[f"{stage}: exact on chromadb's vectors"] = quality(exact, corpus.answers)
+        for (concurrency, filtered), stats_list in peer.points.items():
+            measured.latency[(CHROMA, concurrency, filtered)] = stats_list
+    return write()
+
+
+def start_gateway(log_dir: Path, environment: dict[str, str], name: str, servers: list[ServerProcess]) -> Endpoint:
+    endpoint = gateway(log_dir, environment, name)
+    servers.append(endpoint.server)
+    endpoint.server.start(endpoint.ready_url)
+    return endpoint
+
+
+def record_quality(
+    measured: Measured, stage: str, ranked: list[list[int]], documents: Vectors, queries: Vectors, answers: list[int]
+) -> None:
+    """The engine's figures through the API and exact search's on the same vectors (which bound the engine's)."""
+    exact = exact_ranked(documents, queries)
+    measured.quality[f"{stage}: {GATEWAY}"] = {
+        **quality(ranked, answers),
+        "top-10 overlap with exact": overlap(ranked, exact),
+    }
+    measured.quality[f"{stage}: exact"] = quality(exact, answers)
+    log.info(
+        "quality, %s: %s; exact: %s",
+        stage,
+        measured.quality[f"{stage}: {GATEWAY}"],
+        measured.quality[f"{stage}: exact"],
+    )

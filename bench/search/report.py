@@ -1,0 +1,102 @@
+"""The search part's result: latency points and table, the ingest and quality figures, the targets."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bench.results import PartResult, Point, Target, summarize
+from bench.run_stats import RunStats, median
+from bench.search.api import Breakdown
+from bench.search.plan import (
+    GATEWAY,
+    INGEST_GOAL,
+    P99_CONCURRENCY,
+    P99_GOAL_MS,
+    PART,
+    RECALL_GOAL,
+)
+
+Key = tuple[str, int, bool]  # system, concurrency, filtered
+
+
+@dataclass
+class Measured:
+    """Everything the part measured, filled in as it goes (a failed step leaves its fields empty)."""
+
+    embed_rates: list[float] = field(default_factory=list)  # /v1/embeddings texts/s, per run
+    ingest_rates: list[float] = field(default_factory=list)  # documents/s through the API, per run
+    chroma_ingest: float = math.nan
+    quality: dict[str, dict[str, float]] = field(default_factory=dict)  # "<stage>: <system>" -> figures
+    latency: dict[Key, list[RunStats]] = field(default_factory=dict)
+    breakdowns: dict[tuple[int, bool], list[Breakdown]] = field(default_factory=dict)
+
+
+def build_result(measured: Measured, notes: Sequence[str]) -> PartResult:
+    result = PartResult(part=PART, x_label="concurrency", throughput_unit="searches/s", notes=list(notes))
+    for (system, concurrency, filtered), runs in measured.latency.items():
+        label = f"{system}, filter" if filtered else system
+        point = summarize(label, concurrency, runs, per="requests")
+        result.points.append(point)
+        result.table.append(row(label, point, measured.breakdowns.get((concurrency, filtered), [])
+                                if system == GATEWAY else []))  # fmt: skip
+    embed, ingest = median(measured.embed_rates), median(measured.ingest_rates)
+    if measured.ingest_rates:
+        # each run's own ratio: the two loads of a run share its moment of the machine
+        ratio = median([i / e for i, e in zip(measured.ingest_rates, measured.embed_rates, strict=True)])
+        result.notes.insert(
+            0,
+            f"Ingest: {ingest:.0f} documents/s through POST /v1/collections/{{name}}/documents (64 a request, 4 in "
+            f"flight, the ingest CLI's code) against {embed:.0f} texts/s of 32-text /v1/embeddings requests (4 in "
+            f"flight), ratio {ratio:.2f}; chromadb (its embedding function on the same graph, same batches): "
+            f"{measured.chroma_ingest:.0f} documents/s. Medians of {len(measured.ingest_rates)} runs (the ratio: of "
+            f"each run's ratio).",
+        )
+        met = ratio >= INGEST_GOAL
+        result.targets.append(Target("ingest documents/s vs /v1/embeddings texts/s", f">= {INGEST_GOAL} x",
+                                     f"{ratio:.2f} x ({ingest:.0f} vs {embed:.0f})", met))  # fmt: skip
+    for stage, figures in measured.quality.items():
+        shown = ", ".join(f"{name} {value:.3f}" for name, value in figures.items())
+        result.notes.append(f"Quality, {stage}: {shown}")
+    for stage in ("real documents", "topped up"):
+        engine, exact = measured.quality.get(f"{stage}: {GATEWAY}"), measured.quality.get(f"{stage}: exact")
+        if engine and exact:
+            ratio = engine["recall@10"] / exact["recall@10"]
+            result.targets.append(
+                Target(f"recall@10 through the API vs exact, {stage}", f">= {RECALL_GOAL} x",
+                       f"{ratio:.3f} x ({engine['recall@10']:.3f} vs {exact['recall@10']:.3f})", ratio >= RECALL_GOAL)
+            )  # fmt: skip
+    for filtered in (False, True):
+        swept = measured.latency.get((GATEWAY, P99_CONCURRENCY, filtered))
+        if swept:
+            p99 = median([run.p(99) for run in swept])
+            result.targets.append(
+                Target(f"search p99, concurrency {P99_CONCURRENCY}{', filter' if filtered else ''}",
+                       f"<= {P99_GOAL_MS:.0f} ms", f"{p99:.1f} ms", p99 <= P99_GOAL_MS)
+            )  # fmt: skip
+    return result
+
+
+def row(label: str, point: Point, breakdowns: Sequence[Breakdown]) -> dict[str, object]:
+    """One latency row; the gateway's carries the means of where the time went (its own histograms)."""
+    cells: dict[str, object] = {
+        "system": label,
+        "concurrency": int(point.x),
+        "searches/s": point.throughput,
+        "p50 ms": point.p50_ms,
+        "p99 ms": point.p99_ms,
+        "errors": int(point.extra.get("errors", 0)),
+    }
+    if breakdowns:
+        cells.update(means(breakdowns))
+    return cells
+
+
+def means(breakdowns: Sequence[Breakdown]) -> Mapping[str, float]:
+    return {
+        "gateway mean ms": median([b.http_ms for b in breakdowns]),
+        "query embedding ms": median([b.embedding_ms for b in breakdowns]),
+        "store search ms": median([b.store_ms for b in breakdowns]),
+        "rest ms": median([b.rest_ms for b in breakdowns]),
+    }
