@@ -35,6 +35,7 @@ from gateway.search.store import CollectionNotFoundError, VectorStore
 from gateway.services.embeddings import EmbeddingService
 from gateway.tasks.base import Lease, TaskStore
 from gateway.tasks.model import Task, TaskError, TaskState
+from gateway.tasks.redis_store import RedisTaskStore
 from gateway.upstreams.triton import ModelInfo
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,9 @@ class ReindexJobs:
             self._running[task.id] = asyncio.create_task(self._run(task.id))
 
     async def _scan_forever(self) -> None:
+        failing = False  # logged when scans start failing, not at every scan
+        # A Redis outage is logged once by the Redis circuit, for all its users.
+        outage_logged_elsewhere = isinstance(self._tasks, RedisTaskStore)
         while True:
             try:
                 for task in await self._tasks.due(math.inf):
@@ -135,8 +139,11 @@ class ReindexJobs:
                         if await self._tasks.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
                             self._launch(task)
                 await self._tasks.purge_expired(time.time())
+                failing = False
             except GatewayError as exc:
-                log.warning("scanning re-index jobs failed: %s", exc)
+                quiet = failing or outage_logged_elsewhere
+                log.log(logging.DEBUG if quiet else logging.WARNING, "scanning re-index jobs failed: %s", exc)
+                failing = True
             await asyncio.sleep(self._scan_interval)
 
     async def _run(self, task_id: str) -> None:
