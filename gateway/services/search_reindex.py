@@ -33,7 +33,7 @@ from gateway.errors import ConflictError, GatewayError, NotFoundError, UpstreamU
 from gateway.search.documents import Collection
 from gateway.search.store import CollectionNotFoundError, VectorStore
 from gateway.services.embeddings import EmbeddingService
-from gateway.tasks.base import Lease, TaskStore
+from gateway.tasks.base import PURGE_EVERY_SECONDS, Lease, TaskStore
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.tasks.redis_store import RedisTaskStore
 from gateway.upstreams.triton import ModelInfo
@@ -130,15 +130,17 @@ class ReindexJobs:
         failing = False  # logged when scans start failing, not at every scan
         # A Redis outage is logged once by the Redis circuit, for all its users.
         outage_logged_elsewhere = isinstance(self._tasks, RedisTaskStore)
+        last_purge = float("-inf")
         while True:
             try:
-                for task in await self._tasks.due(math.inf):
-                    if task.id.startswith("reindex_") and task.id not in self._running:
-                        name = str(task.arguments["collection"])
-                        lease = self._lease(name)
+                for task in await self._tasks.due(math.inf):  # the job store holds re-index jobs only
+                    if task.id not in self._running:
+                        lease = self._lease(str(task.arguments["collection"]))
                         if await self._tasks.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
                             self._launch(task)
-                await self._tasks.purge_expired(time.time())
+                if (now := time.time()) - last_purge >= PURGE_EVERY_SECONDS:
+                    last_purge = now
+                    await self._tasks.purge_expired(now)
                 failing = False
             except GatewayError as exc:
                 quiet = failing or outage_logged_elsewhere

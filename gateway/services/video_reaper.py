@@ -12,12 +12,11 @@ from gateway import metrics
 from gateway.errors import GatewayError
 from gateway.services.video_ledger import TaskLedger
 from gateway.services.video_steps import TaskSteps
+from gateway.tasks.base import PURGE_EVERY_SECONDS
 from gateway.tasks.model import Task
 from gateway.upstreams.fal import FalSubmission
 
 log = logging.getLogger(__name__)
-
-PURGE_EVERY_SECONDS = 60.0
 
 
 class CancelQueue(Protocol):

@@ -16,6 +16,8 @@ from typing import Protocol
 from gateway.errors import UpstreamUnavailableError
 from gateway.tasks.model import Task, TaskState
 
+PURGE_EVERY_SECONDS = 60.0  # how often a replica deletes the tasks past their retention
+
 
 class TaskStoreError(UpstreamUnavailableError):
     """The store could not be reached or answered nonsense; the task operation fails with 503 (the
