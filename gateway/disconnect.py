@@ -23,7 +23,7 @@ async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
     clean-up has run) and `ClientClosedRequestError` raised. Call it once the request body has been read:
     from then on `receive` returns only `http.disconnect` (at a disconnect, or when the response is done)."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(receive))
+    watcher = asyncio.ensure_future(disconnected(receive))
     try:
         await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
     except BaseException:  # this request was cancelled (its deadline): its work goes with it
@@ -38,6 +38,7 @@ async def unless_disconnected(receive: Receive, work: Awaitable[T]) -> T:
     return task.result()
 
 
-async def _disconnected(receive: Receive) -> None:
+async def disconnected(receive: Receive) -> None:
+    """Return when the client has disconnected (or the response is done: then `receive` says so too)."""
     while (await receive())["type"] != "http.disconnect":
         pass

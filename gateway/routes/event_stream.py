@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway import sse
-from gateway.disconnect import unless_disconnected
+from gateway.disconnect import disconnected, unless_disconnected
 from gateway.errors import GatewayError, error_response
 
 Opened = tuple[AsyncGenerator[str, None], Mapping[str, str]]
@@ -57,8 +57,7 @@ class OpeningEventStream(Response):
         relaying = True
 
         async def cancel_on_disconnect() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
+            await disconnected(receive)
             if relaying:  # after the last event, the end of the response reads as a disconnect too
                 streaming.cancel()
 
