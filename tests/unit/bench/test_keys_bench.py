@@ -99,8 +99,8 @@ def test_cpu_per_request_counts_answered_requests_only() -> None:
 
 
 @pytest.mark.slow
-def test_quick_run_measures_every_configuration_from_the_warm_cache(tmp_path: Path) -> None:
-    result = asyncio.run(keys.run(tmp_path, runs=1, quick=True))
+def test_quick_run_measures_every_configuration_from_the_warm_cache(tmp_path: Path, minilm_repository: Path) -> None:
+    result = asyncio.run(keys.run(tmp_path, runs=1, quick=True, repository=minilm_repository))
     assert {point.system for point in result.points} == {config.name for config in CONFIGS}
     assert all(point.extra["errors"] == 0 for point in result.points)
     in_process = {config.name for config in CONFIGS if not config.redis}  # a Redis timeout would be a miss
