@@ -28,7 +28,8 @@ class Point:
     throughput: float  # median, in the series' unit
     p50_ms: float
     p99_ms: float
-    samples: list[float] = field(default_factory=list)
+    samples: list[float] = field(default_factory=list)  # each run's throughput, in the order of the runs
+    p99_samples: list[float] = field(default_factory=list)  # each run's p99 latency (ms), same order
     extra: dict[str, float] = field(default_factory=dict)  # e.g. client_cpu_percent, server_cpu_percent
 
 
@@ -70,6 +71,7 @@ def summarize(system: str, x: float, runs: Sequence[RunStats], *, per: str = "it
         p50_ms=median([run.p(50) for run in runs]),
         p99_ms=median([run.p(99) for run in runs]),
         samples=rates,
+        p99_samples=[run.p(99) for run in runs],
         extra={"client_cpu_percent": median(cpu), "errors": float(sum(run.errors for run in runs))},
     )
 

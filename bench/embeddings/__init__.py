@@ -5,7 +5,9 @@ checkpoint (the one the model repository was exported from) for every system:
 
 - in this process: the naive loop (sentence-transformers `encode(text)` once per text, on a subset),
   sentence-transformers batched (32), and ONNX Runtime on the exported INT8 graph in length-sorted
-  batches of 32: the ceiling of these cores, the reference of every ratio (`inprocess`);
+  batches of 16, 32 and 64, each both as one call on every core and as `bge_onnx` runs it (single-threaded
+  runs side by side): the fastest is the ceiling of these cores, the reference of every ratio; and the
+  tokenizer stage alone, on coalesced batches and per request (`inprocess`);
 - this project: the REST gateway (1 and 32 texts a request), Triton's gRPC endpoint straight
   (the same two shapes), and the gateway answering from a warm embedding cache, at concurrency
   1, 8, 32 and 128; the cache also under an open loop of 500 requests/s, for its latency target
@@ -14,7 +16,8 @@ checkpoint (the one the model repository was exported from) for every system:
   (`infinity`).
 
 The systems alternate within each round (round 1: all of them, round 2: all again...) and every
-figure is the median over the rounds (`part`). Each row carries the CPU the client, the servers and the
+figure is the median over the rounds (`part`); a target is judged on the worst round, so it is met only
+when every round meets it. Each row carries the CPU the client, the servers and the
 rest of the machine used meanwhile (`bench.cpu`), since on a 2-core machine the load generator and
 anything else running compete with the servers for the same cores. `report` makes the part's table,
 targets and notes.

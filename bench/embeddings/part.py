@@ -20,7 +20,21 @@ from bench.embeddings.loads import (
     rest_loads,
     warm_cache,
 )
-from bench.embeddings.plan import BATCH, CACHED_OPEN_LOOP, NAIVE, ORT_INT8, PART, ST_BATCHED, TRITON_1, TRITON_32, Plan
+from bench.embeddings.plan import (
+    BATCH,
+    CACHED_OPEN_LOOP,
+    CEILING_BATCHES,
+    NAIVE,
+    ORT_ONE_CALL,
+    ORT_SIDE_BY_SIDE,
+    PART,
+    ST_BATCHED,
+    TOKENIZE_COALESCED,
+    TOKENIZE_PER_REQUEST,
+    TRITON_1,
+    TRITON_32,
+    Plan,
+)
 from bench.embeddings.report import build_result
 from bench.embeddings.repository import checkpoint_for, require_export
 from bench.processes import ServerProcess, stopped_on_exit
@@ -80,18 +94,21 @@ async def run(
         notes += infinity_notes
         in_process = InProcess(repository, checkpoint.path)
 
-        def write(series: Sequence[Series], opened: Series, rounds: int) -> PartResult:
+        def write(series: Sequence[Series], opened: Series, tokenizers: Sequence[Series], rounds: int) -> PartResult:
             """The result so far, written after every round: a stopped run still leaves its numbers."""
             done = [] if rounds == plan.runs else [f"partial: {rounds} of {plan.runs} rounds done"]
             ending = [
                 f"load average at end: {' '.join(f'{value:.1f}' for value in os.getloadavg())}",
                 f"embeddings part took {time.monotonic() - began:.0f} s",
             ]
-            result = build_result(series, opened, plan.cache_rate, [*notes, *done, *ending], infinity_notes)
+            result = build_result(series, opened, plan.cache_rate, [*notes, *done, *ending], infinity_notes, tokenizers)
             result.write(out_dir)
             return result
 
-        return await measure_rounds(plan, in_process, triton_endpoint, uncached, cached, peers, write)
+        try:
+            return await measure_rounds(plan, in_process, triton_endpoint, uncached, cached, peers, write)
+        finally:
+            in_process.close()
 
 
 async def measure_rounds(
@@ -101,13 +118,14 @@ async def measure_rounds(
     uncached: Endpoint,
     cached: Endpoint,
     peers: Sequence[Peer],
-    write: Callable[[Sequence[Series], Series, int], PartResult],
+    write: Callable[[Sequence[Series], Series, Sequence[Series], int], PartResult],
 ) -> PartResult:
     """`plan.runs` rounds; each round measures every system at every concurrency once, in turn,
     then the result so far is written."""
     texts = plan.texts
     series: dict[tuple[str, float], Series] = {}
     opened = Series(CACHED_OPEN_LOOP, plan.cache_rate)
+    tokenizers = {system: Series(system, 1) for system in (TOKENIZE_COALESCED, TOKENIZE_PER_REQUEST)}
 
     def record(system: str, x: float, stats: RunStats, window: CpuWindow, counters: dict[str, float]) -> None:
         series.setdefault((system, x), Series(system, x)).add(stats, window.percent, counters)
@@ -117,16 +135,31 @@ async def measure_rounds(
         )  # fmt: skip
 
     await warm_cache(f"{cached.base_url}/v1/embeddings", batches(texts, BATCH))
+    in_process.warm_up(texts[: 2 * max(CEILING_BATCHES)])
     for round_number in range(plan.runs):
         log.info("round %d of %d", round_number + 1, plan.runs)
         for system, function, subset in (
             (NAIVE, in_process.naive, texts[: plan.naive_texts]),
             (ST_BATCHED, in_process.st_batched, texts),
-            (ORT_INT8, in_process.ort_int8, texts),
         ):
             with CpuWindow({}) as window:
                 stats = function(subset)
             record(system, 1, stats, window, {})
+        for batch in CEILING_BATCHES:  # every configuration of the ceiling, same texts, same round
+            for name, configuration in (
+                (ORT_ONE_CALL, in_process.ort_one_call),
+                (ORT_SIDE_BY_SIDE, in_process.ort_side_by_side),
+            ):
+                with CpuWindow({}) as window:
+                    stats = configuration(texts, batch)
+                record(name.format(batch=batch), 1, stats, window, {})
+        for system, tokenize in (
+            (TOKENIZE_COALESCED, in_process.tokenize_coalesced),
+            (TOKENIZE_PER_REQUEST, in_process.tokenize_per_request),
+        ):
+            with CpuWindow({}) as window:
+                stats = tokenize(texts)
+            tokenizers[system].add(stats, window.percent, {})
         for concurrency in plan.concurrencies:
             for load in rest_loads(concurrency, plan, triton_endpoint, uncached, cached, peers):
                 stats, window, counters = await measure_rest(load, concurrency)
@@ -140,5 +173,5 @@ async def measure_rounds(
         stats, window = await cache_open_loop(url, texts, plan.cache_rate, plan.cache_seconds, cached.server.pid)
         opened.add(stats, window.percent, {})
         log.info("cache open loop at %g/s: p99 %.2f ms, errors %d", plan.cache_rate, stats.p(99), stats.errors)
-        result = write(list(series.values()), opened, round_number + 1)
+        result = write(list(series.values()), opened, list(tokenizers.values()), round_number + 1)
     return result

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,3 +42,16 @@ def max_sequence_length(repository: Path) -> int:
     if parity.is_file():
         return int(json.loads(parity.read_text()).get("max_sequence_length", 512))
     return 512
+
+
+def model_module(repository: Path, model: str, module: str) -> ModuleType:
+    """A python-backend model's own module (e.g. `bge_onnx`'s `encoder`), loaded from the repository, so that
+    an in-process system runs the very code Triton runs."""
+    path = repository / model / "1" / f"{module}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{model}_{module}", path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"no module {path}")
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = loaded  # dataclasses look their module up there
+    spec.loader.exec_module(loaded)
+    return loaded
