@@ -1,5 +1,5 @@
 """Semantic search: /v1/collections (create, list, get, delete), its documents (upsert, get, delete, bulk
-delete), POST /v1/collections/{name}/search and its re-index (202 + a task to GET). Upserts and searches go on
+delete), POST /v1/collections/{name}/search and its re-index (202 + a task to GET and watch). Upserts and searches go on
 the caller's usage record (documents, queries, embedding tokens) and answer `X-Request-Cost` when the embedding
 model has a price."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
+from fastapi.responses import StreamingResponse
 
 from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.search import (
@@ -31,6 +32,7 @@ from gateway.protocol.search import (
 )
 from gateway.protocol.video import TaskErrorObject
 from gateway.routes.cache_control import cache_allowed
+from gateway.routes.task_events import EVENTS_RESPONSE, task_events
 from gateway.search.documents import Collection, Document
 from gateway.services.search import NewDocument, SearchService
 from gateway.services.search_reindex import public_progress
@@ -140,6 +142,17 @@ async def reindex_collection(request: Request, response: Response, name: str = N
 @router.get("/v1/collections/{name}/reindex/{task_id}", response_model=ReindexTaskObject, responses=ERRORS)
 async def get_reindex_task(request: Request, name: str = NAME, task_id: str = TASK_ID) -> ReindexTaskObject:
     return reindex_object(await search_service(request).reindex_task(name, task_id))
+
+
+@router.get(
+    "/v1/collections/{name}/reindex/{task_id}/events",
+    response_class=StreamingResponse,
+    responses={**EVENTS_RESPONSE, **ERRORS},
+)
+async def watch_reindex_task(request: Request, name: str = NAME, task_id: str = TASK_ID) -> StreamingResponse:
+    """The job now, then at each change of its status or progress; the stream ends after its final state."""
+    changes = await search_service(request).watch_reindex_task(name, task_id)
+    return task_events(changes, lambda task: reindex_object(task).model_dump_json())
 
 
 def reindex_object(task: Task) -> ReindexTaskObject:
