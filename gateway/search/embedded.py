@@ -153,8 +153,7 @@ class EmbeddedStore:
     ) -> list[Hit]:
         request = points.search_request(vector, top_k, where, min_score)
         async with self._reading(name) as shard:
-            found = await self._run(shard.query, request)
-        return [points.hit(point.score, point.payload) for point in found if point.payload]
+            return await self._run(points.query, shard, request)
 
     async def ready(self) -> bool:
         try:

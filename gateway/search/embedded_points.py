@@ -50,6 +50,12 @@ def search_request(vector: Vector, top_k: int, where: Filter | None, min_score: 
     )
 
 
+def query(shard: EdgeShard, request: QueryRequest) -> list[Hit]:
+    """The hits, made here in the store's thread rather than on the event loop: each point's payload becomes
+    Python objects when it is read, so it is read once."""
+    return [hit(point.score, payload) for point in shard.query(request) if (payload := point.payload)]
+
+
 def vectors_update(vectors: dict[str, Vector]) -> UpdateOperation:
     return UpdateOperation.update_vectors([PointVectors(point_id(i), v.tolist()) for i, v in vectors.items()])
 
