@@ -45,15 +45,18 @@ class InFlightLimit:
 
 
 def watcher_limit(maximum: int) -> InFlightLimit:
-    """Permits for task watchers (`GET /v1/tasks/{id}/events`, gRPC `WatchTask`): they wait for minutes and
+    """Permits for task watchers (`GET /v1/tasks/{id}/events`, `.../reindex/{id}/events`, gRPC `WatchTask`,
+    `WatchReindexTask`): they wait for minutes and
     cost almost nothing meanwhile, so they have their own budget and gauge, apart from the requests in
     flight that drive the autoscaler and the load shedding."""
     return InFlightLimit(maximum, gauge=metrics.TASK_WATCHERS, held="task watchers")
 
 
 def is_task_watch(path: str) -> bool:
-    """`GET /v1/tasks/{id}/events`, a task's event stream."""
-    return path.startswith("/v1/tasks/") and path.endswith("/events")
+    """`GET /v1/tasks/{id}/events` or `/v1/collections/{name}/reindex/{id}/events`, a task's event stream."""
+    if not path.endswith("/events"):
+        return False
+    return path.startswith("/v1/tasks/") or (path.startswith("/v1/collections/") and "/reindex/" in path)
 
 
 class LimitsMiddleware:

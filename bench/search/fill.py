@@ -48,10 +48,10 @@ def stored_vectors(search_path: Path, ids: Sequence[str]) -> Vectors:
     must use the very vectors the engine searched, not the same texts embedded again in other batches."""
     from qdrant_edge import EdgeShard
 
-    from gateway.search.embedded import point_id
-    from gateway.search.shard_index import LIVE
+    from gateway.search.embedded_points import point_id
+    from gateway.search.shard_index import live_folder
 
-    shard = EdgeShard.load(str(search_path / "collections" / COLLECTION / LIVE))
+    shard = EdgeShard.load(str(live_folder(search_path / "collections" / COLLECTION)))
     try:
         vectors: dict[str, Any] = {}
         for at in range(0, len(ids), WRITE_BATCH):

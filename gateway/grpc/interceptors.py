@@ -35,7 +35,8 @@ StreamBehavior = Callable[[Any, Any], Any]  # returns an async iterator, or a co
 EXEMPT_SERVICES = frozenset(
     {"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection"}
 )
-WATCH_METHODS = frozenset({"/gateway.v1.Images/WatchTask"})  # permits from the watchers' budget
+# Task watches: permits from the watchers' budget.
+WATCH_METHODS = frozenset({"/gateway.v1.Images/WatchTask", "/gateway.v1.Search/WatchReindexTask"})
 
 # GatewayError.status_code (HTTP) -> gRPC status; anything else is INTERNAL.
 STATUS_BY_HTTP: Mapping[int, grpc.StatusCode] = {

@@ -6,6 +6,8 @@ refuse the same input with the same message. Errors are mapped by the intercepto
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any, TypeVar
 
 import grpc
@@ -106,6 +108,14 @@ class SearchServicer:
 
     async def GetReindexTask(self, request: pb.ReindexTaskRequest, context: grpc.aio.ServicerContext) -> pb.ReindexTask:
         return reindex_message(await self._service.reindex_task(request.collection, request.id))
+
+    async def WatchReindexTask(
+        self, request: pb.ReindexTaskRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReindexTask]:
+        changes = await self._service.watch_reindex_task(request.collection, request.id)
+        async with aclosing(changes):  # a cancelled call stops the watch (and its store subscription)
+            async for task in changes:
+                yield reindex_message(task)
 
 
 def reindex_message(task: Task) -> pb.ReindexTask:

@@ -1,5 +1,5 @@
 """Semantic search: /v1/collections (create, list, get, delete), its documents (upsert, get, delete, bulk
-delete), POST /v1/collections/{name}/search and its re-index (202 + a task to GET). Upserts and searches go on
+delete), POST /v1/collections/{name}/search and its re-index (202 + a task to GET and watch). Upserts and searches go on
 the caller's usage record (documents, queries, embedding tokens) and answer `X-Request-Cost` when the embedding
 model has a price."""
 
@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Depends, FastAPI, Path, Request, Response
+from fastapi.responses import StreamingResponse
 
 from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.search import (
@@ -21,7 +23,6 @@ from gateway.protocol.search import (
     DocumentsDeleted,
     ReindexProgress,
     ReindexTaskObject,
-    SearchHit,
     SearchRequest,
     SearchResponse,
     SearchUsage,
@@ -31,8 +32,9 @@ from gateway.protocol.search import (
 )
 from gateway.protocol.video import TaskErrorObject
 from gateway.routes.cache_control import cache_allowed
+from gateway.routes.task_events import EVENTS_RESPONSE, task_events
 from gateway.search.documents import Collection, Document
-from gateway.services.search import NewDocument, SearchService
+from gateway.services.search import NewDocument, SearchResult, SearchService
 from gateway.services.search_reindex import public_progress
 from gateway.tasks.model import Task
 from gateway.usage.hooks import record_usage
@@ -43,8 +45,9 @@ def search_service(request: Request) -> SearchService:
     return service
 
 
-def search_enabled(request: Request) -> None:
-    """503 `search_disabled` before anything else, the request's body included, when search is off."""
+async def search_enabled(request: Request) -> None:
+    """503 `search_disabled` before anything else, the request's body included, when search is off (async: a
+    plain function would be run on a worker thread, a round trip per request)."""
     search_service(request).check_enabled()
 
 
@@ -112,7 +115,7 @@ async def delete_document(request: Request, name: str = NAME, document_id: str =
 
 
 @router.post("/v1/collections/{name}/search", response_model=SearchResponse, responses=ERRORS)
-async def search(body: SearchRequest, request: Request, response: Response, name: str = NAME) -> SearchResponse:
+async def search(body: SearchRequest, request: Request, name: str = NAME) -> Response:
     result = await search_service(request).search(
         name,
         body.query,
@@ -121,11 +124,20 @@ async def search(body: SearchRequest, request: Request, response: Response, name
         min_score=body.min_score,
         use_cache=cache_allowed(request),
     )
-    response.headers.update(record_usage(request, result.model, result.usage))
-    return SearchResponse(
-        query=body.query,
-        data=[SearchHit(id=h.id, score=h.score, text=h.text, metadata=h.metadata) for h in result.hits],
-        usage=SearchUsage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens),
+    headers = record_usage(request, result.model, result.usage)
+    return Response(search_response_json(body.query, result), media_type="application/json", headers=headers)
+
+
+def search_response_json(query: str, result: SearchResult) -> bytes:
+    """`SearchResponse` as JSON, written directly: the hot path's answer, not built as models and validated again
+    by the framework (the route's `response_model` still documents it; a test holds the two to the same shape)."""
+    return orjson.dumps(
+        {
+            "object": "search.result",
+            "query": query,
+            "data": [{"id": h.id, "score": h.score, "text": h.text, "metadata": h.metadata} for h in result.hits],
+            "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
+        }
     )
 
 
@@ -140,6 +152,17 @@ async def reindex_collection(request: Request, response: Response, name: str = N
 @router.get("/v1/collections/{name}/reindex/{task_id}", response_model=ReindexTaskObject, responses=ERRORS)
 async def get_reindex_task(request: Request, name: str = NAME, task_id: str = TASK_ID) -> ReindexTaskObject:
     return reindex_object(await search_service(request).reindex_task(name, task_id))
+
+
+@router.get(
+    "/v1/collections/{name}/reindex/{task_id}/events",
+    response_class=StreamingResponse,
+    responses={**EVENTS_RESPONSE, **ERRORS},
+)
+async def watch_reindex_task(request: Request, name: str = NAME, task_id: str = TASK_ID) -> StreamingResponse:
+    """The job now, then at each change of its status or progress; the stream ends after its final state."""
+    changes = await search_service(request).watch_reindex_task(name, task_id)
+    return task_events(changes, lambda task: reindex_object(task).model_dump_json())
 
 
 def reindex_object(task: Task) -> ReindexTaskObject:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
-from contextlib import aclosing
-
 from fastapi import APIRouter, FastAPI, Header, Request, Response
 from fastapi.responses import StreamingResponse
 
-from gateway import sse
 from gateway.auth import caller_identity
 from gateway.keys.middleware import gatekeeper, request_key
 from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
+from gateway.routes.task_events import EVENTS_RESPONSE, task_events
 from gateway.services.video import VideoService, public_task
 from gateway.tasks.model import Task
 from gateway.usage.hooks import record_usage_durably
@@ -59,21 +56,9 @@ async def cancel_task(task_id: str, request: Request) -> Response:
     return task_response(await video(request).cancel(task_id))
 
 
-@router.get(
-    "/v1/tasks/{task_id}/events",
-    responses={200: {"content": {sse.MEDIA_TYPE: {}}, "description": "One event per change, then [DONE]."}, **ERRORS},  # type: ignore[dict-item]
-)
+@router.get("/v1/tasks/{task_id}/events", responses={**EVENTS_RESPONSE, **ERRORS})  # type: ignore[dict-item]
 async def watch_task(task_id: str, request: Request) -> StreamingResponse:
-    changes = await video(request).watch(task_id)
-    return StreamingResponse(
-        sse.with_heartbeats(sse.encode_stream(_json(changes))), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS
-    )
-
-
-async def _json(tasks: AsyncGenerator[Task, None]) -> AsyncGenerator[str, None]:
-    async with aclosing(tasks):
-        async for task in tasks:
-            yield public_task(task).model_dump_json()
+    return task_events(await video(request).watch(task_id), lambda task: public_task(task).model_dump_json())
 
 
 def task_response(task: Task, *, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -191,6 +191,11 @@ class SearchService:
     async def reindex_task(self, name: str, task_id: str) -> Task:
         check_collection_name(name)
         return await self._reindex_jobs.get(name, task_id)
+
+    async def watch_reindex_task(self, name: str, task_id: str) -> AsyncGenerator[Task, None]:
+        """The job now and at each change, ending with its final state (404 up front)."""
+        check_collection_name(name)
+        return await self._reindex_jobs.watch(name, task_id)
 
     @property
     def _reindex_jobs(self) -> ReindexJobs:

@@ -26,6 +26,8 @@ import dataclasses
 import logging
 import math
 import time
+from collections.abc import AsyncGenerator
+from functools import partial
 from typing import Any
 
 from gateway.background import cancel_and_wait
@@ -36,6 +38,7 @@ from gateway.services.embeddings import EmbeddingService
 from gateway.tasks.base import PURGE_EVERY_SECONDS, Lease, TaskStore
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.tasks.redis_store import RedisTaskStore
+from gateway.tasks.watch import watch
 from gateway.upstreams.triton import ModelInfo
 
 log = logging.getLogger(__name__)
@@ -115,6 +118,10 @@ class ReindexJobs:
                 param="task_id",
             )
         return task
+
+    async def watch(self, name: str, task_id: str) -> AsyncGenerator[Task, None]:
+        """The job now and at each change of its status or progress, ending with its final state (404 up front)."""
+        return await watch(partial(self.get, name, task_id), partial(self._tasks.changes, task_id), visible)
 
     # -- running -----------------------------------------------------------------------------------------
 
@@ -254,6 +261,11 @@ def check_dimensions(collection: Collection, served: ModelInfo) -> None:
             code="dimensions_changed",
             param="name",
         )
+
+
+def visible(task: Task) -> tuple[object, ...]:
+    """What a watcher sees of a job: a change in anything else (the cursor, a lease renewal) is not an event."""
+    return task.state, public_progress(task), task.arguments, task.error
 
 
 def public_progress(task: Task) -> dict[str, int]:

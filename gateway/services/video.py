@@ -13,10 +13,11 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping
+from functools import partial
 from typing import Any, Protocol
 
 from gateway import metrics
-from gateway.errors import ConflictError, InvalidRequestError, NotFoundError
+from gateway.errors import ConflictError, InvalidRequestError
 from gateway.protocol.unicode import require_unicode
 from gateway.protocol.video import MAX_SIDE, MIN_SIDE, ImageGenerationRequest, TaskErrorObject, TaskObject
 from gateway.services.video_ledger import TaskLedger
@@ -24,12 +25,11 @@ from gateway.services.video_reaper import VideoReaper
 from gateway.services.video_submitter import VideoSubmitter
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
+from gateway.tasks.watch import watch
 from gateway.upstreams.fal import KEY_ENV, VideoNotConfiguredError, pika_arguments, result_urls
 from gateway.upstreams.webhooks import WebhookRefusals, WebhookSignatureError, WebhookUrls
 
 log = logging.getLogger(__name__)
-
-WATCH_RECHECK_SECONDS = 2.0  # a watcher re-reads the task this often even without a notification
 
 
 class WebhookVerifier(Protocol):
@@ -114,24 +114,7 @@ class VideoService:
 
     async def watch(self, task_id: str) -> AsyncGenerator[Task, None]:
         """The task now and at each visible change, ending with its final state. Raises 404 up front."""
-        await self._ledger.get(task_id)
-        return self._changes(task_id)
-
-    async def _changes(self, task_id: str) -> AsyncGenerator[Task, None]:
-        async with self._ledger.changes(task_id) as changes:  # subscribed before the first read
-            task = await self._ledger.get(task_id)
-            yield task
-            while not task.state.terminal:
-                await changes.wait(WATCH_RECHECK_SECONDS)
-                try:
-                    current = await self._ledger.get(task_id)
-                except NotFoundError:
-                    return  # expired
-                except TaskStoreError:
-                    continue  # the store is back soon or the deadline ends the task; keep watching
-                if _visible(current) != _visible(task):
-                    yield current
-                task = current
+        return await watch(partial(self._ledger.get, task_id), partial(self._ledger.changes, task_id), _visible)
 
     async def handle_callback(
         self, task_id: str, headers: Mapping[str, str], body: bytes, token: str, attempt: int | None = None

@@ -169,7 +169,8 @@ class SqliteUsageStore:
             seen = db.execute("INSERT OR IGNORE INTO usage_seen VALUES (?, ?)", (entry.request_id, entry.day))
             if seen.rowcount == 0:
                 return False
-            values = [entry.usage.counters()[name] for name in COUNTERS]
+            counters = entry.usage.counters()
+            values = [counters[name] for name in COUNTERS]
             db.execute(_UPSERT, (entry.day, entry.key_id, entry.model, entry.team, entry.key_prefix, *values))
             if entry.day != self._purged_day:  # once a day: ids older than any retry of their write go
                 oldest = (date.fromisoformat(entry.day) - timedelta(seconds=SEEN_SECONDS)).isoformat()

@@ -46,6 +46,18 @@ def age_milvus_revision(uri: str, name: str) -> None:
     asyncio.run(age())
 
 
+FINAL_ORDER = ("pending", "processing", *FINAL)
+
+
+def watch_events(http: httpx.Client, events_url: str) -> list[dict[str, Any]]:
+    """The task objects of a watch stream, which must end with [DONE]."""
+    with http.stream("GET", events_url) as stream:
+        assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+        payloads = [line[len("data: ") :] for line in stream.iter_lines() if line.startswith("data: ")]
+    assert payloads[-1] == "[DONE]"
+    return [json.loads(payload) for payload in payloads[:-1]]
+
+
 def wait_final(http: httpx.Client, base_url: str, location: str, timeout: float = 120.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
@@ -83,8 +95,14 @@ def test_a_reindex_job_brings_a_collection_to_the_served_revision(
     )
     assert task["progress"]["total"] == len(PASSAGES)
     assert accepted.headers["location"] == f"/v1/collections/kept/reindex/{task['id']}"
+    watched = watch_events(http, gateway.base_url + accepted.headers["location"] + "/events")
+    assert [event["id"] for event in watched] == [task["id"]] * len(watched)
+    assert watched[-1]["status"] == "completed" and watched[-1]["progress"]["documents"] == len(PASSAGES)
+    shown = [(event["status"], event["progress"]["documents"]) for event in watched]
+    assert shown == sorted(set(shown), key=lambda s: (FINAL_ORDER.index(s[0]), s[1]))  # each change once, in order
     done = wait_final(http, gateway.base_url, accepted.headers["location"])
     assert (done["status"], done["progress"]) == ("completed", {"documents": len(PASSAGES), "total": len(PASSAGES)})
+    assert watch_events(http, gateway.base_url + accepted.headers["location"] + "/events") == [done]  # ended: once
 
     collection = http.get(url(gateway, "/kept")).json()
     assert (collection["model_revision"], collection["documents"], collection["reindex_task"]) == (
@@ -100,6 +118,8 @@ def test_a_reindex_job_brings_a_collection_to_the_served_revision(
     assert upsert(http, gateway, "kept", PASSAGES[:1]).status_code == 200
 
     assert http.get(url(gateway, f"/kept/reindex/{task['id']}x")).status_code == 404
+    assert http.get(url(gateway, f"/kept/reindex/{task['id']}x/events")).status_code == 404
+    assert http.get(url(gateway, f"/other/reindex/{task['id']}/events")).status_code == 404
     assert http.get(url(gateway, f"/other/reindex/{task['id']}")).status_code == 404
     assert http.post(url(gateway, "/nothing/reindex")).status_code == 404
 
@@ -146,6 +166,11 @@ def test_grpc_reindexes_a_collection_too(
         assert stale.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "reindex" in str(stale.value.details())
         task = stub.ReindexCollection(gateway_pb2.CollectionRequest(name="g"))
         assert (task.collection, task.total) == ("g", len(PASSAGES))
+        watched = list(stub.WatchReindexTask(gateway_pb2.ReindexTaskRequest(collection="g", id=task.id)))
+        assert (watched[-1].id, watched[-1].status, watched[-1].documents) == (task.id, "completed", len(PASSAGES))
+        with pytest.raises(grpc.RpcError) as unknown:
+            list(stub.WatchReindexTask(gateway_pb2.ReindexTaskRequest(collection="g", id="reindex_nope")))
+        assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
         while task.status not in FINAL:
             time.sleep(0.05)
             task = stub.GetReindexTask(gateway_pb2.ReindexTaskRequest(collection="g", id=task.id))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -14,10 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gateway.search import embedded as embedded_module
 from gateway.search.documents import Collection
 from gateway.search.embedded import EmbeddedStore
 from gateway.search.filters import parse_filter
 from gateway.search.milvus import MilvusStore
+from gateway.search.shard_index import ShardReaders, live_folder, load_indexed
 from gateway.search.store import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -266,7 +269,9 @@ def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_wr
             searches += 1
         assert searches > 1
         folder = tmp_path / "search" / "collections" / created.name
-        assert sorted(p.name for p in folder.iterdir()) == ["collection.json", "shard"]
+        live = live_folder(folder)
+        assert live.name.startswith("shard-")  # the indexed copy, named in `live`; the first shard is gone
+        assert sorted(p.name for p in folder.iterdir()) == sorted(["collection.json", "live", live.name])
         assert embedded._shards[created.name].info().indexed_vectors_count >= 1999  # the swapped-in HNSW
         assert (await embedded.get_collection(created.name)).documents == 2999
         hits = await embedded.search(created.name, writes[2500].vector, 1, None, None)
@@ -280,6 +285,58 @@ def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_wr
 
     run(store(), scenario)
     run(store(), reopened)
+
+
+def test_searches_never_wait_for_an_index_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The swap's load of the indexed copy is held on purpose: searches, gets and counts are answered meanwhile
+    (from the old shard), and after it from the new one; the old one is closed only once no read uses it."""
+    created = collection()
+    rng = np.random.default_rng(6)
+    vectors = rng.standard_normal((1500, DIMENSIONS)).astype(np.float32)
+    writes = [DocumentWrite(str(n), f"text {n}", {}, vectors[n] / np.linalg.norm(vectors[n])) for n in range(1500)]
+    loading, release = threading.Event(), threading.Event()
+
+    def held_load(copy: Path, kept: list[Any]) -> Any:
+        loading.set()
+        release.wait()
+        return load_indexed(copy, kept)
+
+    monkeypatch.setattr(embedded_module, "load_indexed", held_load)
+
+    async def scenario(embedded: VectorStore) -> None:
+        assert isinstance(embedded, EmbeddedStore)
+        await embedded.create_collection(created)
+        await embedded.upsert(created.name, writes, now=1)
+        before = embedded._shards[created.name]
+        indexed = asyncio.create_task(embedded.wait_indexed())
+        assert await asyncio.to_thread(loading.wait, 120), "the index build never reached the swap"
+        for n in range(20):  # all answered while the swap is stuck in its load
+            hits = await embedded.search(created.name, writes[n].vector, 1, None, None)
+            assert hits[0].id == str(n)
+        assert (await embedded.get_collection(created.name)).documents == len(writes)
+        assert [d.id for d in await embedded.get_documents(created.name, ["7"])] == ["7"]
+        assert not release.is_set() and not indexed.done() and embedded._shards[created.name] is before
+        release.set()
+        await indexed
+        after = embedded._shards[created.name]
+        assert after is not before and after.info().indexed_vectors_count >= len(writes) - 1
+        assert (await embedded.search(created.name, writes[9].vector, 1, None, None))[0].id == "9"
+
+    run(EmbeddedStore(tmp_path / "search", index_after_points=1000, indexing_threshold_kb=1), scenario)
+
+
+def test_a_shard_in_use_is_closed_only_after_its_last_read(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        readers = ShardReaders()
+        shard, other = object(), object()
+        async with readers.reading(shard):  # type: ignore[arg-type]
+            waiting = asyncio.create_task(readers.finished(shard))  # type: ignore[arg-type]
+            await readers.finished(other)  # type: ignore[arg-type]
+            await asyncio.sleep(0)
+            assert not waiting.done()
+        await waiting
+
+    asyncio.run(scenario())
 
 
 def test_ids_and_values_with_quotes_and_backslashes_stay_data(store_factory: StoreFactory) -> None:
