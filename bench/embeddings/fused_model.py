@@ -23,6 +23,9 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+# The tokenizer's own thread pool would compete with the encoder's side-by-side runs for the same cores.
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from encoder import PADDING_RATIO, create_session, encode_by_length, plan_session

@@ -3,13 +3,14 @@ and the fused model's config and repository copy."""
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 from pathlib import Path
 
 import pytest
 
-from bench.embeddings.fused_model import FUSED, LINK_BYTES, fused_config, write_fused_repository
+from bench.embeddings.fused_model import FUSED, LINK_BYTES, MODEL_PY, fused_config, write_fused_repository
 from bench.embeddings.tokenizer_paths import PathRuns, cpu_delta, round_order, triton_process
 from bench.triton_stats import ModelCounters
 
@@ -94,3 +95,9 @@ def test_write_fused_repository_copies_small_files_and_links_large_ones(tmp_path
     assert os.path.realpath(fused / "model_int8.onnx") == str((source / "bge_onnx" / "1" / "model_int8.onnx").resolve())
     assert "class TritonPythonModel" in (fused / "model.py").read_text()
     assert (target / FUSED / "config.pbtxt").read_text().startswith(f'name: "{FUSED}"')
+
+
+def test_fused_model_source_parses_and_keeps_the_tokenizer_to_one_thread() -> None:
+    ast.parse(MODEL_PY)
+    # set before tokenizers is imported, so that its thread pool never starts beside the encoder's runs
+    assert MODEL_PY.index('os.environ["TOKENIZERS_PARALLELISM"] = "false"') < MODEL_PY.index("from tokenization")
