@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 # Counted fields, in the order of the usage API's rows and CSV columns.
@@ -43,8 +43,8 @@ class Usage:
     cached_tokens: int = 0
 
     def counters(self) -> dict[str, float]:
-        values = asdict(self)
-        return {name: values[name] for name in COUNTERS}
+        # getattr, not dataclasses.asdict: asdict deep-copies every field, and the usage store asks once per counter
+        return {name: getattr(self, name) for name in COUNTERS}
 
     @property
     def tokens(self) -> int:
