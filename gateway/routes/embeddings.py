@@ -32,7 +32,7 @@ class EmbeddingsRoute(APIRoute):
     """
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["method"] not in self.methods:
+        if scope["method"] not in (self.methods or ()):
             await super().handle(scope, receive, send)  # 405, as FastAPI answers it
             return
         request = Request(scope, receive, send)
