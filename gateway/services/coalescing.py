@@ -103,6 +103,7 @@ class CoalescingEmbedder:
         self._waiting_texts = 0
         self._calls: set[asyncio.Task[None]] = set()
         self._recheck: asyncio.TimerHandle | None = None  # when the waiting texts become worth a call of their own
+        self._recheck_due = math.inf
 
     async def model_info(self, *, refresh: bool = False) -> ModelInfo:
         return await self._inner.model_info(refresh=refresh)
@@ -174,12 +175,19 @@ class CoalescingEmbedder:
     def _schedule_recheck(self) -> None:
         """What is left of the running calls shrinks as they run, with no event to tell: wake up when the
         waiting texts will be worth an overlapping call."""
+        due = self._overlap_from() if self._waiting else math.inf
         if self._recheck is not None:
+            if self._recheck_due == due:
+                return  # each arrival would otherwise replace the timer with the same one
             self._recheck.cancel()
             self._recheck = None
-        due = self._overlap_from() if self._waiting else math.inf
         if due < math.inf:
-            self._recheck = asyncio.get_running_loop().call_later(max(0.0, due - self._clock()), self._dispatch)
+            self._recheck = asyncio.get_running_loop().call_later(max(0.0, due - self._clock()), self._rechecked)
+            self._recheck_due = due
+
+    def _rechecked(self) -> None:
+        self._recheck = None
+        self._dispatch()
 
     async def _call(self, batch: list[_Waiting], texts: list[str], call: int) -> None:
         try:
