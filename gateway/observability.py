@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
-import uuid
 from contextvars import ContextVar
 from typing import Any
 
@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway import metrics
 
 REQUEST_ID_HEADER = "x-request-id"
+_REQUEST_ID_KEY = REQUEST_ID_HEADER.encode()
 request_id: ContextVar[str] = ContextVar("request_id", default="-")
 _VALID_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _RESERVED = set(vars(logging.makeLogRecord({})))
@@ -49,21 +50,38 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).propagate = name != "uvicorn.access"  # our access log replaces uvicorn's
 
 
+def new_request_id() -> str:
+    """32 hex digits, as `uuid.uuid4().hex` writes them (version 4, RFC 4122 variant), without building a UUID."""
+    value = int.from_bytes(os.urandom(16)) & ~(0xF000 << 64 | 0xC000 << 48) | (0x4000 << 64 | 0x8000 << 48)
+    return f"{value:032x}"
+
+
+def client_request_id(scope: Scope) -> str | None:
+    """The client's request id when it sent a well-formed one."""
+    for name, value in scope["headers"]:
+        if name == _REQUEST_ID_KEY:
+            rid = value.decode("latin-1")
+            return rid if _VALID_REQUEST_ID.match(rid) else None
+    return None
+
+
 class RequestContextMiddleware:
     """Request id (kept from the client when well-formed), latency by route, access log.
 
     Server spans come from FastAPI's own OpenTelemetry support (see `create_app`)."""
 
+    MAX_LATENCY_CHILDREN = 1024  # a method is the client's string: past this many, labels are looked up each time
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        # The histogram's children by (method, route, status), bound once: `labels()` costs a lock and a tuple.
+        self._latency: dict[tuple[str, str, int], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        rid = headers.get(REQUEST_ID_HEADER, "")
-        rid = rid if _VALID_REQUEST_ID.match(rid) else uuid.uuid4().hex
+        rid = client_request_id(scope) or new_request_id()
         token = request_id.set(rid)
         status = 500
         started = time.perf_counter()
@@ -72,7 +90,7 @@ class RequestContextMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), (REQUEST_ID_HEADER.encode(), rid.encode())]
+                message["headers"] = [*message.get("headers", []), (_REQUEST_ID_KEY, rid.encode())]
             await send(message)
 
         try:
@@ -80,9 +98,17 @@ class RequestContextMiddleware:
         finally:
             elapsed = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", "unmatched")
-            metrics.HTTP_LATENCY.labels(method=scope["method"], route=route, status=str(status)).observe(elapsed)
-            log.info(
-                "request",
-                extra={"method": scope["method"], "route": route, "status": status, "ms": round(elapsed * 1000, 1)},
-            )
+            self._observe(scope["method"], route, status, elapsed)
+            if log.isEnabledFor(logging.INFO):
+                extra = {"method": scope["method"], "route": route, "status": status, "ms": round(elapsed * 1000, 1)}
+                log.info("request", extra=extra)
             request_id.reset(token)
+
+    def _observe(self, method: str, route: str, status: int, elapsed: float) -> None:
+        key = (method, route, status)
+        child = self._latency.get(key)
+        if child is None:
+            child = metrics.HTTP_LATENCY.labels(method=method, route=route, status=str(status))
+            if len(self._latency) < self.MAX_LATENCY_CHILDREN:
+                self._latency[key] = child
+        child.observe(elapsed)

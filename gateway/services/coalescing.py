@@ -6,15 +6,24 @@ python-backend steps), so 32 single-text requests cost far more as 32 calls than
 gateway adds no delay; when all are busy, the texts that arrive wait for the next free slot and go
 together, up to `max_texts` per call. Under load the batches grow by themselves, with no timer.
 
-Once `overlap_texts` are waiting, one call more goes at once: it is tokenized and queued in Triton
-while the call before it runs, so the encoder starts on it without waiting for a round trip through
-the gateway, and it is large enough to cost little more per text than a merged call would.
+One call more may go while every slot is busy (an overlapping call): it is tokenized and queued in
+Triton while the call before it runs, so the encoder starts on it without waiting for a round trip
+through the gateway. It goes when what is left of the running call is one text's encoding
+(`overlap_from`), in the encoder's time per text (`EncoderPace`, an EWMA of the calls' service
+times): as late as that, every text that arrives meanwhile joins it, so calls stay as large as the load
+allows; no later, since a call's hop and tokenization take less than one text's encoding on a CPU
+encoder. A fixed count of waiting texts instead suited one machine and one load: an overlapping call
+of too few texts costs more per text than a merged one, and one that waits for too many never goes at
+low concurrency, leaving the round trip unhidden.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,10 +33,42 @@ from gateway.errors import InvalidRequestError
 from gateway.services.embeddings import Embedder
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
-# The overlapping call must be large enough to cost little more per text than a merged call: with fewer
-# texts the calls get too small and throughput drops below not overlapping at all; with more, the overlap
-# happens only under heavier load. A gateway where this many never wait is unaffected.
-OVERLAP_TEXTS = 16
+PACE_WEIGHT = 0.2  # weight of the newest call in the EWMA: a few calls follow a change of load or machine
+
+
+class EncoderPace:
+    """The encoder's time per text, an EWMA over the calls' service times. A call that was sent while
+    another ran waits in Triton until that one ends: its service starts then, not when it was sent."""
+
+    def __init__(self, weight: float = PACE_WEIGHT) -> None:
+        if not 0 < weight <= 1:
+            raise ValueError("weight must be in (0, 1]")
+        self.weight = weight
+        self.seconds_per_text: float | None = None  # None until a call has ended
+        self.last_end = -math.inf  # when the latest call ended
+
+    def served_from(self, sent: float) -> float:
+        """When the encoder began (or will begin) on a call sent at `sent`: then, or when the call before it ended."""
+        return max(sent, self.last_end)
+
+    def observe(self, texts: int, started: float, ended: float) -> None:
+        service = ended - self.served_from(started)
+        self.last_end = max(self.last_end, ended)
+        if texts < 1 or service <= 0:
+            return
+        sample = service / texts
+        previous = self.seconds_per_text
+        self.seconds_per_text = sample if previous is None else previous + self.weight * (sample - previous)
+
+
+def overlap_from(waiting_texts: int, running_texts: int, served_since: float, seconds_per_text: float | None) -> float:
+    """When waiting texts may go in a call beside the running one, whose encoding began at `served_since`:
+    once what is left of it is one text's encoding. Sent earlier, the call would be smaller than it need be
+    (texts still arriving would miss it); later, the encoder would wait for it. Before any call has been
+    timed (or with nothing waiting): never."""
+    if seconds_per_text is None or waiting_texts < 1:
+        return math.inf
+    return served_since + (running_texts - 1) * seconds_per_text
 
 
 @dataclass
@@ -40,18 +81,29 @@ class CoalescingEmbedder:
     """An `Embedder` over another one; calls beyond `max_in_flight` are merged into the next call."""
 
     def __init__(
-        self, inner: Embedder, *, max_in_flight: int = 1, max_texts: int = 64, overlap_texts: int = OVERLAP_TEXTS
+        self,
+        inner: Embedder,
+        *,
+        max_in_flight: int = 1,
+        max_texts: int = 64,
+        pace: EncoderPace | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_in_flight < 1 or max_texts < 1:
             raise ValueError("max_in_flight and max_texts must be >= 1")
         self._inner = inner
         self._max_in_flight = max_in_flight
         self._max_texts = max_texts
-        self._overlap_texts = overlap_texts
+        self._pace = pace or EncoderPace()
+        self._clock = clock
         self._in_flight = 0
+        self._running: dict[int, tuple[int, float]] = {}  # call number -> (texts, sent at)
+        self._calls_sent = 0
         self._waiting: deque[_Waiting] = deque()
         self._waiting_texts = 0
         self._calls: set[asyncio.Task[None]] = set()
+        self._recheck: asyncio.TimerHandle | None = None  # when the waiting texts become worth a call of their own
+        self._recheck_due = math.inf
 
     async def model_info(self, *, refresh: bool = False) -> ModelInfo:
         return await self._inner.model_info(refresh=refresh)
@@ -62,9 +114,11 @@ class CoalescingEmbedder:
     async def embed(self, texts: list[str]) -> TritonEmbeddings:
         if self._in_flight < self._max_in_flight and not self._waiting:
             self._in_flight += 1
+            call = self._started(len(texts))
             try:
                 return await self._inner.embed(texts)
             finally:
+                self._ended(call)
                 self._in_flight -= 1
                 self._dispatch()
         waiting = _Waiting(texts, asyncio.get_running_loop().create_future())
@@ -74,11 +128,30 @@ class CoalescingEmbedder:
         # The merged call runs in its own task: a caller that goes away cancels only its own future.
         return await waiting.result
 
+    def _started(self, texts: int) -> int:
+        self._calls_sent += 1
+        self._running[self._calls_sent] = (texts, self._clock())
+        return self._calls_sent
+
+    def _ended(self, call: int) -> None:
+        texts, started = self._running.pop(call)
+        self._pace.observe(texts, started, self._clock())
+
     def _slot_free(self) -> bool:
         if self._in_flight < self._max_in_flight:
             return True
-        overlap = 0 < self._overlap_texts <= self._waiting_texts
-        return overlap and self._in_flight == self._max_in_flight
+        return self._clock() >= self._overlap_from()
+
+    def _overlap_from(self) -> float:
+        """When one call more may go (never more than one beyond `max_in_flight`); the running call that ends
+        first is the one the waiting texts would otherwise wait for."""
+        if self._in_flight != self._max_in_flight or not self._running:
+            return math.inf
+        pace = self._pace
+        return min(
+            overlap_from(self._waiting_texts, texts, pace.served_from(sent), pace.seconds_per_text)
+            for texts, sent in self._running.values()
+        )
 
     def _dispatch(self) -> None:
         while self._waiting and self._slot_free():
@@ -93,15 +166,34 @@ class CoalescingEmbedder:
             if not batch:
                 return
             self._in_flight += 1
-            task = asyncio.create_task(self._call(batch))
+            texts = [text for waiting in batch for text in waiting.texts]
+            task = asyncio.create_task(self._call(batch, texts, self._started(len(texts))))
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
+        self._schedule_recheck()
 
-    async def _call(self, batch: list[_Waiting]) -> None:
+    def _schedule_recheck(self) -> None:
+        """What is left of the running calls shrinks as they run, with no event to tell: wake up when the
+        waiting texts will be worth an overlapping call."""
+        due = self._overlap_from() if self._waiting else math.inf
+        if self._recheck is not None:
+            if self._recheck_due == due:
+                return  # each arrival would otherwise replace the timer with the same one
+            self._recheck.cancel()
+            self._recheck = None
+        if due < math.inf:
+            self._recheck = asyncio.get_running_loop().call_later(max(0.0, due - self._clock()), self._rechecked)
+            self._recheck_due = due
+
+    def _rechecked(self) -> None:
+        self._recheck = None
+        self._dispatch()
+
+    async def _call(self, batch: list[_Waiting], texts: list[str], call: int) -> None:
         try:
             metrics.EMBEDDING_COALESCED_REQUESTS.observe(len(batch))
             try:
-                merged = await self._inner.embed([text for waiting in batch for text in waiting.texts])
+                merged = await self._inner.embed(texts)
             except InvalidRequestError:
                 if len(batch) == 1:
                     raise
@@ -117,6 +209,7 @@ class CoalescingEmbedder:
                 if not waiting.result.done():
                     waiting.result.set_exception(exc)
         finally:
+            self._ended(call)
             self._in_flight -= 1
             self._dispatch()
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import numpy as np
 import pytest
 
 from gateway.errors import InvalidRequestError
-from gateway.services.coalescing import CoalescingEmbedder
+from gateway.services.coalescing import CoalescingEmbedder, EncoderPace, overlap_from
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
 INFO = ModelInfo(name="m", revision="r", max_batch_size=64, max_sequence_length=512, dimension=2)
@@ -39,8 +40,10 @@ class SlowEmbedder:
 def test_quiet_calls_go_straight_through_and_busy_ones_are_merged() -> None:
     async def scenario() -> None:
         inner = SlowEmbedder()
+        quiet = CoalescingEmbedder(inner, max_in_flight=1)
+        assert (await quiet.embed(["a"])).vectors.tolist() == [[1.0, 1.0]]
+        # a fresh coalescer has timed no call yet: nothing overlaps, what waits is merged
         embedder = CoalescingEmbedder(inner, max_in_flight=1, max_texts=4)
-        assert (await embedder.embed(["a"])).vectors.tolist() == [[1.0, 1.0]]
         texts = [["x" * n] for n in range(1, 7)] + [["yy", "zzz"]]
         results = await asyncio.gather(*(embedder.embed(t) for t in texts))
         for sent, result in zip(texts, results, strict=True):
@@ -53,23 +56,55 @@ def test_quiet_calls_go_straight_through_and_busy_ones_are_merged() -> None:
     asyncio.run(scenario())
 
 
-def test_one_call_more_goes_once_enough_texts_wait() -> None:
+def test_the_encoder_pace_is_an_ewma_of_service_times() -> None:
+    pace = EncoderPace(weight=0.5)
+    assert pace.seconds_per_text is None
+    pace.observe(4, started=0.0, ended=0.4)
+    assert pace.seconds_per_text == pytest.approx(0.1)
+    # sent at 0.2 beside the first, it waited in Triton until 0.4: 2 texts served in 0.4 s, 0.2 s each
+    pace.observe(2, started=0.2, ended=0.8)
+    assert pace.seconds_per_text == pytest.approx(0.1 + 0.5 * (0.2 - 0.1))
+    pace.observe(0, started=1.0, ended=1.1)  # nothing to learn from
+    assert pace.seconds_per_text == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="weight"):
+        EncoderPace(weight=0)
+
+
+def test_waiting_texts_overlap_when_one_text_of_the_running_call_is_left() -> None:
+    assert overlap_from(3, running_texts=8, served_since=10.0, seconds_per_text=None) == math.inf  # not timed yet
+    assert overlap_from(0, running_texts=8, served_since=10.0, seconds_per_text=0.1) == math.inf
+    # 8 texts whose encoding began at 10.0 end at 10.8: whatever waits goes at 10.7, however much it is
+    assert overlap_from(3, running_texts=8, served_since=10.0, seconds_per_text=0.1) == pytest.approx(10.7)
+    assert overlap_from(30, running_texts=8, served_since=10.0, seconds_per_text=0.1) == pytest.approx(10.7)
+    # a slower encoder (or a bigger model) lets the texts gather for longer
+    assert overlap_from(3, running_texts=8, served_since=10.0, seconds_per_text=0.2) == pytest.approx(11.4)
+    # beside a call of one text, at once
+    assert overlap_from(1, running_texts=1, served_since=10.0, seconds_per_text=0.1) == pytest.approx(10.0)
+
+
+def test_a_call_queued_behind_another_is_encoded_from_when_that_one_ended() -> None:
+    pace = EncoderPace()
+    pace.observe(4, started=0.0, ended=0.4)
+    assert pace.served_from(0.2) == 0.4 and pace.served_from(0.5) == 0.5
+
+
+def test_one_call_more_goes_when_the_waiting_texts_are_worth_it() -> None:
     async def scenario() -> None:
-        inner = SlowEmbedder(seconds=0.2)
-        embedder = CoalescingEmbedder(inner, max_in_flight=1, overlap_texts=3)
-        first = asyncio.create_task(embedder.embed(["running"]))
+        inner = SlowEmbedder(seconds=0.4)
+        embedder = CoalescingEmbedder(inner, max_in_flight=1)
+        await embedder.embed(["t1", "t2", "t3", "t4"])  # timed: 0.1 s per text
+        running = asyncio.create_task(embedder.embed(["r1", "r2", "r3", "r4"]))  # ends 0.4 s from now
         await asyncio.sleep(0)
-        two = [asyncio.create_task(embedder.embed([t])) for t in ("a", "b")]
-        await asyncio.sleep(0.05)
-        assert len(inner.calls) == 1  # 2 texts waiting: not worth a call of their own
-        three = [*two, asyncio.create_task(embedder.embed(["c"]))]
-        await asyncio.sleep(0.05)
-        assert inner.calls == [["running"], ["a", "b", "c"]]  # sent while the first still runs
-        later = [asyncio.create_task(embedder.embed([t])) for t in ("d", "e", "f")]
-        await asyncio.sleep(0.05)
-        assert len(inner.calls) == 2  # never more than one call beyond max_in_flight
-        await asyncio.gather(first, *three, *later)
-        assert inner.calls[2] == ["d", "e", "f"]
+        waiting = asyncio.create_task(embedder.embed(["w1"]))  # it goes when one text is left: 0.3 s from now
+        await asyncio.sleep(0.15)
+        assert len(inner.calls) == 2 and not running.done()
+        await asyncio.sleep(0.2)
+        assert inner.calls[2] == ["w1"] and not running.done()  # sent while the running call still runs
+        later = [asyncio.create_task(embedder.embed([t])) for t in ("a", "b", "c", "d")]
+        await asyncio.sleep(0.01)
+        assert len(inner.calls) == 3  # never more than one call beyond max_in_flight
+        await asyncio.gather(running, waiting, *later)
+        assert inner.calls[3] == ["a", "b", "c", "d"]
 
     asyncio.run(scenario())
 
