@@ -46,6 +46,12 @@ class Usage:
         values = asdict(self)
         return {name: values[name] for name in COUNTERS}
 
+    def with_cost(self, cost: float) -> Usage:
+        """A copy at `cost`, built without `dataclasses.replace`'s per-field work (it runs for every request)."""
+        priced = object.__new__(Usage)
+        priced.__dict__.update(self.__dict__, cost=cost)
+        return priced
+
     @property
     def tokens(self) -> int:
         """What a token budget counts: chat prompt + completion and embedding tokens."""

@@ -10,6 +10,7 @@ which a replay task writes to Redis again once it answers, and at the next start
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import sqlite3
 import time
@@ -58,6 +59,11 @@ class UsageRecorder:
         self._spooled = spool is not None  # the spool may hold records (a killed process's, at the start)
         self._failing = False
         self._dropping = False
+        # Request ids of records without one: unique to this process (its random prefix) and cheap to make.
+        self._id_prefix = uuid.uuid4().hex[:16] + "-"
+        self._ids = itertools.count()
+        self._today: tuple[float, str, str] = (0.0, "", "")  # until (epoch s), day, month: one gmtime a day
+        self._team_counters: dict[str, _TeamCounters] = {}
 
     def start(self) -> None:
         """Start replaying the spool (records a killed process left in it first)."""
@@ -100,10 +106,14 @@ class UsageRecorder:
         priced, has_price = self._prices.priced(model, usage)
         self._count(key.team, priced)
         now = time.time()
+        until, day, month = self._today
+        if now >= until:
+            until, day, month = now + names.seconds_to_next_day(now), names.day_of(now), names.month_of(now)
+            self._today = (until, day, month)
         entry = UsageEntry(
-            request_id or uuid.uuid4().hex,
-            names.day_of(now),
-            names.month_of(now),
+            request_id or f"{self._id_prefix}{next(self._ids)}",
+            day,
+            month,
             key.id,
             key.prefix,
             key.team,
@@ -216,7 +226,10 @@ class UsageRecorder:
 
     def _count(self, team: str, usage: Usage) -> None:
         label = team if team in self._resolver.teams() else "other"
-        metrics.USAGE_REQUESTS.labels(team=label).inc(usage.requests)
+        counters = self._team_counters.get(label)
+        if counters is None:  # the label set is bounded (configured teams), so is this
+            counters = self._team_counters[label] = _TeamCounters(label)
+        counters.requests.inc(usage.requests)
         for kind, value in (
             ("prompt", usage.prompt_tokens),
             ("completion", usage.completion_tokens),
@@ -224,6 +237,16 @@ class UsageRecorder:
             ("embedding", usage.embedding_tokens),
         ):
             if value:
-                metrics.USAGE_TOKENS.labels(team=label, kind=kind).inc(value)
+                counters.tokens[kind].inc(value)
         if usage.cost:
-            metrics.USAGE_COST.labels(team=label).inc(usage.cost)
+            counters.cost.inc(usage.cost)
+
+
+class _TeamCounters:
+    """One team's usage metrics, labelled once (a `labels()` lookup per request and metric is not free)."""
+
+    def __init__(self, team: str) -> None:
+        self.requests = metrics.USAGE_REQUESTS.labels(team=team)
+        kinds = ("prompt", "completion", "reasoning", "embedding")
+        self.tokens = {kind: metrics.USAGE_TOKENS.labels(team=team, kind=kind) for kind in kinds}
+        self.cost = metrics.USAGE_COST.labels(team=team)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,16 +30,6 @@ pytestmark = pytest.mark.slow
 
 ADMIN = "spool-admin-key-0001"
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
-
-
-@pytest.fixture
-def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("spool-redis"))
-    server.start()
-    yield server
-    if server.running:
-        server.thaw()  # a test that failed while it was frozen
-    server.stop()
 
 
 def gateway_on(
