@@ -146,7 +146,12 @@ class UsageRecorder:
             waiters, self._waiters = self._waiters, []
             try:
                 for first in range(0, len(batch), BATCH_RECORDS):
-                    await self._write(batch[first : first + BATCH_RECORDS])
+                    chunk = batch[first : first + BATCH_RECORDS]
+                    try:
+                        await self._write(chunk)
+                    except Exception:  # a bug must not stop the writer: every later record would wait on it
+                        log.exception("usage records not stored")
+                        metrics.USAGE_WRITE_ERRORS.inc(len(chunk))
             finally:
                 for waiter in waiters:
                     if not waiter.done():
