@@ -54,6 +54,7 @@ def gateway(log_dir: Path, env: dict[str, str], name: str = "gateway") -> Endpoi
         "GATEWAY_HOST": "127.0.0.1",
         "GATEWAY_LOG_LEVEL": "WARNING",
         "TASKS_SQLITE_PATH": str(log_dir / f"{name}-tasks.sqlite3"),
+        "GATEWAY_USAGE_SPOOL_PATH": str(log_dir / f"{name}-usage-spool.sqlite3"),
         **env,
         "GATEWAY_HTTP_PORT": str(http),
         "GATEWAY_GRPC_PORT": str(grpc),

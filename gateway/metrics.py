@@ -150,3 +150,10 @@ USAGE_COST = Counter(
     "gateway_usage_cost_total", "Cost of the answered requests by team (GATEWAY_PRICES' currency).", ["team"]
 )
 USAGE_WRITE_ERRORS = Counter("gateway_usage_write_errors_total", "Usage records that could not be stored.")
+USAGE_SPOOLED = Counter(
+    "gateway_usage_spooled_total", "Usage records Redis did not take, kept in the local spool to be replayed."
+)
+USAGE_REPLAYED = Counter("gateway_usage_replayed_total", "Spooled usage records written to Redis.")
+USAGE_SPOOL_DROPPED = Counter(
+    "gateway_usage_spool_dropped_total", "Usage records dropped because the spool was full (lost)."
+)

@@ -146,6 +146,19 @@ class UsageSettings(BaseSettings):
         ".run/usage.sqlite3",
         description="Usage records without REDIS_URL (one replica); with REDIS_URL they are kept in Redis.",
     )
+    usage_spool_path: str = Field(
+        ".run/usage-spool.sqlite3",
+        description="With REDIS_URL: the local SQLite file (WAL) that keeps the usage records Redis did not take "
+        "(an error, a timeout, an outage) until they are written to Redis when it answers again, also after a "
+        "restart of a killed process; each request counts once however often it is replayed. In the chart: next "
+        "to TASKS_SQLITE_PATH, on the gateway's task volume.",
+    )
+    usage_spool_max_records: int = Field(
+        200_000,
+        ge=1,
+        description="Records the usage spool holds at most (a few hundred bytes each); past it, the records of "
+        "the outage are dropped, counted in gateway_usage_spool_dropped_total and logged once.",
+    )
 
 
 class LimitSettings(BaseSettings):

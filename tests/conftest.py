@@ -35,6 +35,7 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("GATEWAY_KEYS_SQLITE_PATH", str(tmp_path / "keys.sqlite3"))
     monkeypatch.setenv("GATEWAY_USAGE_SQLITE_PATH", str(tmp_path / "usage.sqlite3"))
+    monkeypatch.setenv("GATEWAY_USAGE_SPOOL_PATH", str(tmp_path / "usage-spool.sqlite3"))
 
 
 @pytest.fixture(scope="session")

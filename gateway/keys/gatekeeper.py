@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from gateway.errors import InsufficientQuotaError, PermissionDeniedError, RateLimitExceededError
 from gateway.keys import names
@@ -24,6 +25,7 @@ from gateway.keys.resolver import KeyResolver
 
 BUDGETED = frozenset({"embeddings", "chat", "video", "search"})  # a spent budget still reads its usage
 STREAM_LEASE_US = 600 * 1_000_000  # a crashed replica's stream slot frees itself after this
+MAX_ADMISSIONS = 10_000  # built admissions kept (keys x route families)
 
 
 class ChatReservation:
@@ -36,10 +38,25 @@ class ChatReservation:
         self.actual = max(0, tokens)
 
 
+@dataclass(frozen=True)
+class _Admission:
+    """The checks `admit` takes for one key and route family, built once and reused while the key, its team's
+    limits and the month (the budget's counter) stay the same: a request builds nothing."""
+
+    key: ApiKey
+    team_limits: KeyLimits
+    month_ends: float  # epoch seconds
+    checks: list[Check]
+
+    def current(self, key: ApiKey, team_limits: KeyLimits, now: float) -> bool:
+        return self.key is key and self.team_limits is team_limits and now < self.month_ends
+
+
 class Gatekeeper:
     def __init__(self, resolver: KeyResolver, limiter: KeyLimiter) -> None:
         self.resolver = resolver
         self.limiter = limiter
+        self._admissions: dict[tuple[str, str], _Admission] = {}
 
     def authenticate(self, authorization: str | None, family: str) -> ApiKey:
         """The caller's key; 401 when unknown, expired or revoked, 403 when it lacks the family's scope."""
@@ -53,8 +70,15 @@ class Gatekeeper:
 
     async def admit(self, key: ApiKey, family: str) -> None:
         """Requests per minute of the family, and the monthly budget, of the key and its team."""
-        checks = []
         now = time.time()
+        admission = self._admissions.get((key.id, family))
+        if admission is None or not admission.current(key, self.resolver.team_limits(key.team), now):
+            admission = self._admission(key, family, now)
+        if admission.checks:
+            await self._take(admission.checks, key)
+
+    def _admission(self, key: ApiKey, family: str, now: float) -> _Admission:
+        checks = []
         for subject, limits in self._subjects(key):
             rpm = limits.rpm_for(family)
             if rpm:
@@ -62,8 +86,11 @@ class Gatekeeper:
                 checks.append(Check("rate", names.limit_key("rpm", subject, family), interval))
             if limits.monthly_budget is not None and family in BUDGETED:
                 checks.append(_budget_check(subject, limits.monthly_budget, now))
-        if checks:
-            await self._take(checks, key)
+        if len(self._admissions) >= MAX_ADMISSIONS:  # revoked keys' entries go too; the others are rebuilt
+            self._admissions.clear()
+        admission = _Admission(key, self.resolver.team_limits(key.team), now + names.seconds_to_next_month(now), checks)
+        self._admissions[(key.id, family)] = admission
+        return admission
 
     @asynccontextmanager
     async def chat(self, key: ApiKey, estimated_tokens: int) -> AsyncIterator[ChatReservation]:
@@ -132,7 +159,8 @@ def _error(refusal: Refusal, key: ApiKey) -> RateLimitExceededError | Insufficie
     check = refusal.check
     whose = f"team {key.team!r}" if ":team:" in check.key else f"API key {key.prefix}"
     retry_after = max(1, math.ceil(refusal.wait_seconds))
-    if check.kind == "budget":
+    if check.kind == "budget":  # its wait was reckoned when the check was built: from now instead
+        retry_after = max(1, math.ceil(names.seconds_to_next_month(time.time())))
         unit = "tokens" if check.b == "tokens" else "in cost"
         return InsufficientQuotaError(
             f"the monthly budget of {check.a:g} {unit} of {whose} is spent; it renews at the start of next month (UTC)",

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any, Literal, Protocol
 
-from gateway.redis_client import REDIS_FAILURES, RedisConnection
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+
+from gateway.keys.redis_channel import PipelinedChannel
+from gateway.redis_client import OUTAGES, REDIS_FAILURES, RedisConnection
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +140,7 @@ class RedisKeyLimiter:
         self._redis = RedisConnection.shared(redis, timeout_seconds=timeout_seconds, backoff_seconds=backoff_seconds)
         self._admit = self._redis.client.register_script(_lua("admit"))
         self._release = self._redis.client.register_script(_lua("release"))
+        self._channel = PipelinedChannel(self._redis.client)
         self._fallback = LocalKeyLimiter()
         self._degraded = False
 
@@ -147,7 +152,7 @@ class RedisKeyLimiter:
         for check in checks:
             args += [check.kind, check.a, check.b, check.c]
         try:
-            reply: Any = await self._redis.call(lambda: self._admit(keys=[c.key for c in checks], args=args))
+            reply: Any = await self._redis.call(lambda: self._evalsha(self._admit, [c.key for c in checks], args))
         except REDIS_FAILURES as exc:
             self._fall_back(exc)
             return await self._fallback.admit(checks)
@@ -164,7 +169,7 @@ class RedisKeyLimiter:
         for check in entries:
             args += [check.kind, check.a if check.kind == "tokens" else check.b, correction(check, actual_tokens)]
         try:
-            await self._redis.call(lambda: self._release(keys=[c.key for c in entries], args=args))
+            await self._redis.call(lambda: self._evalsha(self._release, [c.key for c in entries], args))
         except REDIS_FAILURES as exc:  # the slot's lease frees it; the bucket refills on its own
             self._fall_back(exc)
             await self._fallback.release(checks, actual_tokens)
@@ -172,11 +177,23 @@ class RedisKeyLimiter:
     async def add_spend(self, keys: list[str], cost: float, tokens: int) -> None:
         """Spend is added by the usage store's record script in Redis (once per request id)."""
 
+    async def _evalsha(self, script: AsyncScript, keys: list[str], args: list[str | int | float]) -> Any:
+        """The script by its SHA on the pipelined channel (the limits are checked on every request); a Redis that
+        lost its script cache (a restart) gets it loaded again."""
+        try:
+            return await self._channel.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._redis.client.script_load(script.script)
+            return await self._channel.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+
     async def aclose(self) -> None:
+        await self._channel.aclose()
         await self._redis.aclose()
 
     def _fall_back(self, exc: BaseException) -> None:
         """Logged at DEBUG: the Redis circuit logs the outage once for every user."""
+        if isinstance(exc, OUTAGES):  # a call that timed out may have left its connection hanging
+            self._channel.reset()
         if not self._degraded:
             self._degraded = True
             log.debug("key limits: Redis unreachable (%s); limiting this replica alone", type(exc).__name__)

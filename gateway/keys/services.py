@@ -16,6 +16,7 @@ from gateway.redis_client import RedisConnection
 from gateway.settings import Settings
 from gateway.usage.pricing import PriceTable
 from gateway.usage.recorder import UsageRecorder
+from gateway.usage.spool import UsageSpool
 from gateway.usage.store import SqliteUsageStore, build_usage_store
 
 
@@ -35,8 +36,10 @@ class KeyServices:
         self.limiter: KeyLimiter = RedisKeyLimiter(redis) if redis else LocalKeyLimiter()
         self.gatekeeper = Gatekeeper(self.resolver, self.limiter)
         self.admin = KeyAdmin(self.resolver)
-        store = build_usage_store(redis, settings.usage.usage_sqlite_path)
-        self.usage = UsageRecorder(store, PriceTable(settings.usage.prices), self.limiter, self.resolver)
+        usage = settings.usage
+        store = build_usage_store(redis, usage.usage_sqlite_path)
+        spool = UsageSpool(usage.usage_spool_path, usage.usage_spool_max_records) if redis else None
+        self.usage = UsageRecorder(store, PriceTable(usage.prices), self.limiter, self.resolver, spool)
 
     async def start(self) -> None:
         await self.resolver.start()
@@ -46,6 +49,7 @@ class KeyServices:
             month = names.month_of(time.time())
             for subject, (cost, tokens) in (await store.month_spend(month)).items():
                 await limiter.add_spend([names.spend_key(month, subject)], cost, tokens)
+        self.usage.start()
 
     async def aclose(self) -> None:
         await self.resolver.aclose()

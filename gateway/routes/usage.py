@@ -29,7 +29,9 @@ async def get_usage(
 ) -> Response:
     first, last = parse_range(start, end)
     groups = parse_group_by(group_by)
-    rows = await usage_recorder(request).store.rows(first, last)
+    recorder = usage_recorder(request)
+    await recorder.flush()  # this replica's records of answers already sent are in
+    rows = await recorder.store.rows(first, last)
     key = request_key(request)
     if "admin" not in key.scopes:
         rows = [row for row in rows if row.key_id == key.id]

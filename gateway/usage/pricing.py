@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.usage.record import Usage
@@ -43,4 +41,4 @@ class PriceTable:
             + usage.embedding_tokens * price.embedding / 1e3
             + usage.video_seconds * price.video_second
         )
-        return replace(usage, cost=round(cost, 9)), True
+        return usage.with_cost(round(cost, 9)), True

@@ -45,6 +45,12 @@ class Usage:
     def counters(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in COUNTERS}  # not asdict(): it deep-copies every field
 
+    def with_cost(self, cost: float) -> Usage:
+        """A copy at `cost`, built without `dataclasses.replace`'s per-field work (it runs for every request)."""
+        priced = object.__new__(Usage)
+        priced.__dict__.update(self.__dict__, cost=cost)
+        return priced
+
     @property
     def tokens(self) -> int:
         """What a token budget counts: chat prompt + completion and embedding tokens."""

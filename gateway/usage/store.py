@@ -8,11 +8,14 @@ budgets read it). Rows carry the team and key prefix as they were when the reque
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from importlib.resources import files
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from redis.exceptions import NoScriptError
 
 from gateway.errors import UpstreamUnavailableError
 from gateway.keys.names import PREFIX, key_subject, spend_key, team_subject
@@ -50,7 +53,8 @@ class UsageRow:
 
 
 class UsageStore(Protocol):
-    async def add(self, entry: UsageEntry) -> bool: ...
+    async def add_many(self, entries: Sequence[UsageEntry]) -> list[bool]:
+        """Add the records together; for each, whether it was new (False: its request id was seen already)."""
 
     async def rows(self, start: date, end: date) -> list[UsageRow]: ...
 
@@ -75,29 +79,32 @@ class RedisUsageStore:
     def __repr__(self) -> str:
         return "RedisUsageStore()"  # no URL: it may hold a password
 
-    async def add(self, entry: UsageEntry) -> bool:
-        member = f"{entry.key_id}\t{entry.model}"
-        keys = [
-            f"{PREFIX}usage:seen:{entry.request_id}",
-            f"{PREFIX}usage:{entry.day}:{member}",
-            f"{PREFIX}usage:{entry.day}",
-            spend_key(entry.month, key_subject(entry.key_id)),
-            spend_key(entry.month, team_subject(entry.team)),
-        ]
-        usage = entry.usage
-        args: list[str | float] = [
-            SEEN_SECONDS,
-            member,
-            entry.team,
-            entry.key_prefix,
-            RETENTION_SECONDS,
-            usage.cost,
-            usage.tokens,
-        ]
-        for name, value in usage.counters().items():
-            if value:
-                args += [name, value]
-        return bool(await self._redis.call(lambda: self._record(keys=keys, args=args)))
+    def answers(self) -> bool:
+        """Whether Redis answered last time, without waiting on it (its circuit is closed)."""
+        return self._redis.known_up()
+
+    async def add_many(self, entries: Sequence[UsageEntry]) -> list[bool]:
+        """One pipeline of record scripts (EVALSHA) for the whole batch: one round trip however many records.
+        A Redis that lost its script cache (a restart) gets the script and the batch again: the records already
+        added are not counted twice (their request ids were seen)."""
+        if not entries:
+            return []
+        commands = [_record_command(entry) for entry in entries]
+        replies = await self._redis.call(lambda: self._evalsha(commands))
+        if any(isinstance(reply, NoScriptError) for reply in replies):
+            await self._redis.call(lambda: self._client.script_load(self._record.script))
+            replies = await self._redis.call(lambda: self._evalsha(commands))
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return [bool(reply) for reply in replies]
+
+    async def _evalsha(self, commands: list[tuple[list[str], list[str | float]]]) -> list[Any]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for keys, args in commands:
+                pipe.evalsha(self._record.sha, len(keys), *keys, *args)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies
 
     async def rows(self, start: date, end: date) -> list[UsageRow]:
         try:
@@ -128,6 +135,32 @@ class RedisUsageStore:
         await self._redis.aclose()
 
 
+def _record_command(entry: UsageEntry) -> tuple[list[str], list[str | float]]:
+    """The keys and arguments of `lua/record.lua` for one record."""
+    member = f"{entry.key_id}\t{entry.model}"
+    keys = [
+        f"{PREFIX}usage:seen:{entry.request_id}",
+        f"{PREFIX}usage:{entry.day}:{member}",
+        f"{PREFIX}usage:{entry.day}",
+        spend_key(entry.month, key_subject(entry.key_id)),
+        spend_key(entry.month, team_subject(entry.team)),
+    ]
+    usage = entry.usage
+    args: list[str | float] = [
+        SEEN_SECONDS,
+        member,
+        entry.team,
+        entry.key_prefix,
+        RETENTION_SECONDS,
+        usage.cost,
+        usage.tokens,
+    ]
+    for name, value in usage.counters().items():
+        if value:
+            args += [name, value]
+    return keys, args
+
+
 _COLUMNS = ", ".join(f"{name} REAL NOT NULL DEFAULT 0" for name in COUNTERS)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS usage (
@@ -145,7 +178,7 @@ _UPSERT = (
 
 
 class SqliteUsageStore:
-    """The same in an SQLite file; each record is one short transaction on the event loop (as the task
+    """The same in an SQLite file; each batch of records is one short transaction on the event loop (as the task
     store's statements: microseconds each, cheaper than a worker thread)."""
 
     def __init__(self, path: str) -> None:
@@ -162,21 +195,27 @@ class SqliteUsageStore:
             self._db.executescript(_SCHEMA)
         return self._db
 
-    async def add(self, entry: UsageEntry) -> bool:
+    async def add_many(self, entries: Sequence[UsageEntry]) -> list[bool]:
+        """The batch in one transaction."""
+        if not entries:
+            return []
         db = self._connection()
+        added = []
         with db:
             db.execute("BEGIN IMMEDIATE")
-            seen = db.execute("INSERT OR IGNORE INTO usage_seen VALUES (?, ?)", (entry.request_id, entry.day))
-            if seen.rowcount == 0:
-                return False
-            counters = entry.usage.counters()
-            values = [counters[name] for name in COUNTERS]
-            db.execute(_UPSERT, (entry.day, entry.key_id, entry.model, entry.team, entry.key_prefix, *values))
-            if entry.day != self._purged_day:  # once a day: ids older than any retry of their write go
-                oldest = (date.fromisoformat(entry.day) - timedelta(seconds=SEEN_SECONDS)).isoformat()
+            for entry in entries:
+                seen = db.execute("INSERT OR IGNORE INTO usage_seen VALUES (?, ?)", (entry.request_id, entry.day))
+                added.append(seen.rowcount == 1)
+                if seen.rowcount == 1:
+                    counters = entry.usage.counters()
+                    values = [counters[name] for name in COUNTERS]
+                    db.execute(_UPSERT, (entry.day, entry.key_id, entry.model, entry.team, entry.key_prefix, *values))
+            day = entries[-1].day
+            if day != self._purged_day:  # once a day: ids older than any retry of their write go
+                oldest = (date.fromisoformat(day) - timedelta(seconds=SEEN_SECONDS)).isoformat()
                 db.execute("DELETE FROM usage_seen WHERE day < ?", (oldest,))
-                self._purged_day = entry.day
-        return True
+                self._purged_day = day
+        return added
 
     async def rows(self, start: date, end: date) -> list[UsageRow]:
         query = f"SELECT day, key_id, key_prefix, team, model, {', '.join(COUNTERS)} FROM usage "

@@ -127,6 +127,17 @@ def test_key_and_usage_databases_on_the_gateways_volume_only_without_redis(scena
     assert len(set(paths) | {PurePosixPath(data["TASKS_SQLITE_PATH"])}) == 3, "three databases, three files"
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_usage_spool_is_on_the_gateways_task_volume(scenario: str) -> None:
+    """With Redis or without: the records Redis did not take outlive a killed container."""
+    data = one(scenario, "ConfigMap", "gateway")["data"]
+    mounts = {
+        m["mountPath"]: m["name"] for m in container(one(scenario, "Deployment", "gateway"), "gateway")["volumeMounts"]
+    }
+    spool = PurePosixPath(data["GATEWAY_USAGE_SPOOL_PATH"])
+    assert mounts[str(spool.parent)] == "tasks" and spool != PurePosixPath(data["TASKS_SQLITE_PATH"])
+
+
 def test_without_redis_on_a_pvc_the_keys_survive_the_pod() -> None:
     volumes = {
         v["name"]: v for v in one("sqlite-tasks", "Deployment", "gateway")["spec"]["template"]["spec"]["volumes"]
@@ -158,7 +169,9 @@ def test_chart_refuses_prices_that_are_no_json_object(tmp_path: Path, prices: st
     assert f"GATEWAY_PRICES {named}" in refused("-f", str(values))
 
 
-@pytest.mark.parametrize("name", ["GATEWAY_KEYS_FILE", "GATEWAY_KEYS_SQLITE_PATH", "GATEWAY_USAGE_SQLITE_PATH"])
+@pytest.mark.parametrize(
+    "name", ["GATEWAY_KEYS_FILE", "GATEWAY_KEYS_SQLITE_PATH", "GATEWAY_USAGE_SQLITE_PATH", "GATEWAY_USAGE_SPOOL_PATH"]
+)
 def test_chart_refuses_to_be_told_the_paths_it_sets(name: str) -> None:
     assert f"{name} is set by the chart" in refused("--set", f"gateway.extraConfig.{name}=/var/lib/gateway/x")
 

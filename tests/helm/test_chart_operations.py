@@ -38,6 +38,7 @@ CHART_MANAGED = {
     "GATEWAY_KEYS_FILE",
     "GATEWAY_KEYS_SQLITE_PATH",
     "GATEWAY_USAGE_SQLITE_PATH",
+    "GATEWAY_USAGE_SPOOL_PATH",
 }
 NOT_READY_TRITON = ("--set", "triton.autoscaling.enabled=true")
 

@@ -120,6 +120,8 @@ class Gateways:
                 "TRITON_URL": NO_TRITON,
                 "EMBEDDING_CACHE_MB": "0",
                 "CHAT_CACHE_MB": "0",
+                # A spool of its own: no record of another test's is replayed into this one's Redis.
+                "GATEWAY_USAGE_SPOOL_PATH": str(self.directory / f"usage-spool-{name}.sqlite3"),
                 **variables,
             }
         )

@@ -131,3 +131,14 @@ def redis_url(redis_server: RedisServer) -> str:
     if reply != b"+OK":
         raise RedisStartError(f"FLUSHALL answered {reply!r}")
     return redis_server.url
+
+
+@pytest.fixture
+def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A `redis-server` of the test's own, which it may freeze or stop (the session's one is never)."""
+    server = RedisServer(tmp_path_factory.mktemp("own-redis"))
+    server.start()
+    yield server
+    if server.running:
+        server.thaw()  # a test that failed while it was frozen
+    server.stop()

@@ -52,7 +52,9 @@ def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
         "cache": CacheSettings(embedding_cache_mb=0),
         "tasks": TaskStoreSettings(sqlite_path=str(data / "tasks.sqlite3")),
         "auth": AuthSettings(keys_sqlite_path=str(data / "keys.sqlite3")),
-        "usage": UsageSettings(usage_sqlite_path=str(data / "usage.sqlite3")),
+        "usage": UsageSettings(
+            usage_sqlite_path=str(data / "usage.sqlite3"), usage_spool_path=str(data / "usage-spool.sqlite3")
+        ),
         "search": SearchSettings(path=str(data / "search")),
     }
     return Settings(**{**defaults, **concerns})

@@ -1,0 +1,63 @@
+"""The key limits' pipelined Redis channel against a real `redis-server`: concurrent calls each get their own
+reply, an error reply goes to its call only, a frozen Redis's calls fail on `reset()`, and a restarted Redis is
+reconnected to."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from gateway.keys.redis_channel import PipelinedChannel
+from gateway.redis_client import redis_client
+from tests.helpers.redis_fixtures import RedisServer
+
+
+def test_concurrent_calls_get_their_own_replies(own_redis: RedisServer) -> None:
+    async def scenario() -> tuple[list[object], BaseException | None]:
+        client = redis_client(own_redis.url, 2.0)
+        channel = PipelinedChannel(client)
+        try:
+            replies = await asyncio.gather(*(channel.execute("INCRBY", f"n{i % 7}", i) for i in range(300)))
+            error = None
+            try:
+                await channel.execute("INCRBY", "n0", "not-a-number")
+            except ResponseError as exc:
+                error = exc
+            after = await channel.execute("GET", "n0")
+            return [*replies, after], error
+        finally:
+            await channel.aclose()
+            await client.aclose()
+
+    replies, error = asyncio.run(asyncio.wait_for(scenario(), 30))
+    # Each call its own INCRBY's reply: the running sum of its counter, in the order the calls were sent.
+    assert replies[:300] == [sum(range(i % 7, i + 1, 7)) for i in range(300)]
+    assert replies[300] == str(sum(range(0, 300, 7))).encode()
+    assert error is not None, "the error reply reached its call"
+
+
+def test_reset_fails_the_calls_a_frozen_redis_holds_and_a_restarted_one_is_reconnected(own_redis: RedisServer) -> None:
+    async def scenario() -> tuple[BaseException | None, object]:
+        client = redis_client(own_redis.url, 2.0)
+        channel = PipelinedChannel(client)
+        try:
+            await channel.execute("SET", "k", "1")
+            own_redis.freeze()
+            waiting = asyncio.ensure_future(channel.execute("GET", "k"))
+            await asyncio.sleep(0.2)
+            channel.reset()
+            failure = (await asyncio.gather(waiting, return_exceptions=True))[0]
+            own_redis.thaw()
+            own_redis.stop()
+            own_redis.start()
+            await channel.execute("SET", "k", "2")  # a new connection to the new server
+            return failure if isinstance(failure, BaseException) else None, await channel.execute("GET", "k")
+        finally:
+            await channel.aclose()
+            await client.aclose()
+
+    failure, value = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert isinstance(failure, RedisConnectionError)
+    assert value == b"2"
