@@ -49,6 +49,7 @@ from gateway.services.video_runner import VideoTaskRunner
 from gateway.services.video_steps import RunnerConfig
 from gateway.settings import Settings
 from gateway.tasks.stores import build_task_store
+from gateway.tracing import tracing_installed
 from gateway.upstreams.breaker import BreakerBoard
 from gateway.upstreams.fal import FalQueueClient
 from gateway.upstreams.fal_history import FalRequestHistory
@@ -299,8 +300,14 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         docs_url=None,  # gateway.routes.docs serves /docs and /redoc without a CDN
         redoc_url=None,
         # FastAPI's own OpenTelemetry server and endpoint spans (they continue the caller's `traceparent`);
-        # metrics are Prometheus (gateway.metrics), and request logs are ours.
-        telemetry={"metrics": False, "logs": False, "exclude": lambda scope: scope.get("path") in PUBLIC_PATHS},
+        # metrics are Prometheus (gateway.metrics), and request logs are ours. Off when no tracer is installed
+        # (it is installed before the app is built): FastAPI would otherwise look for one at every request.
+        telemetry={
+            "tracing": tracing_installed(),
+            "metrics": False,
+            "logs": False,
+            "exclude": lambda scope: scope.get("path") in PUBLIC_PATHS,
+        },
     )
     install_error_handlers(app)
     embeddings.attach_router(app)

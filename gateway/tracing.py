@@ -26,3 +26,8 @@ def configure_tracing(settings: ObservabilitySettings, exporter: SpanExporter | 
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     return provider
+
+
+def tracing_installed() -> bool:
+    """Whether a tracer provider is installed (by `configure_tracing` or by the embedding program)."""
+    return isinstance(trace.get_tracer_provider(), TracerProvider)
