@@ -90,7 +90,7 @@ class ChatService:
             return _replay(answer), result
         return await self._streams.follow(key, partial(self._open_stream, body, key)), CacheResult("miss")
 
-    async def _open_stream(self, body: dict[str, Any], key: str) -> AsyncGenerator[str, None]:
+    async def _open_stream(self, body: dict[str, Any], key: str) -> AsyncGenerator[list[str], None]:
         """The relay of a stream whose first chunk has arrived (from the requested model or a fallback)."""
         stack = AsyncExitStack()
         try:
@@ -199,20 +199,23 @@ class ChatService:
         body: dict[str, Any],
         key: str,
         model: str,
-        events: AsyncGenerator[str, None],
+        events: AsyncGenerator[list[str], None],
         slot: Slot,
-    ) -> AsyncGenerator[str, None]:
-        """Forward each upstream chunk as it arrives; store the sequence if the answer ended normally."""
-        chunks: list[dict[str, Any]] = []
-        keep_all = self._cache is not None  # else only the usage is needed, not every chunk decoded
+    ) -> AsyncGenerator[list[str], None]:
+        """Forward each batch of upstream chunks as it arrives; store the sequence if the answer ended normally.
+        The chunks are decoded once the stream has ended, all in one call, not one by one on their way."""
+        kept: list[str] = []
+        keep_all = self._cache is not None  # else only the usage is needed, not every chunk
         breaker = self._breakers[model]
         try:
             async with aclosing(events):
-                async for payload in events:
-                    yield payload
-                    if keep_all or '"usage"' in payload:
-                        chunks.append(json.loads(payload))
-            answer = ChatAnswer(chunks=chunks)
+                async for batch in events:
+                    yield batch
+                    if keep_all:
+                        kept += batch
+                    else:
+                        kept += [payload for payload in batch if '"usage"' in payload]
+            answer = ChatAnswer(chunks=json.loads(f"[{','.join(kept)}]"))
             account_usage(model, answer.usage, slot)
         except UpstreamError:
             breaker.record_failure()

@@ -19,7 +19,7 @@ class StreamAbandonedError(UpstreamUnavailableError):
 
 
 class SharedStream:
-    """Chunks of one producer, replayed from the start to each follower and then followed live.
+    """Chunks of one producer (given in batches), replayed from the start to each follower and then followed live.
 
     A follower gets batches: every chunk that arrived since its last batch. Under load several chunks
     come in between two turns of a follower, and one batch is one write to its client rather than one
@@ -34,7 +34,7 @@ class SharedStream:
 
     def __init__(
         self,
-        source: AsyncGenerator[str, None],
+        source: AsyncGenerator[list[str], None],
         on_done: Callable[[SharedStream], object],
         *,
         abandon_after_seconds: float = ABANDON_AFTER_SECONDS,
@@ -43,7 +43,10 @@ class SharedStream:
         self._done = False
         self._abandoned = False
         self._error: BaseException | None = None
-        self._changed = asyncio.Event()
+        # Followers waiting for the next chunk, each on a future of its own (an asyncio.Event per chunk would
+        # look up the running loop, a system call, on every wait).
+        self._waiters: list[asyncio.Future[None]] = []
+        self._loop = asyncio.get_running_loop()
         self._followers = 0
         self._abandon_after = abandon_after_seconds
         self._abandoning: asyncio.TimerHandle | None = None
@@ -69,12 +72,13 @@ class SharedStream:
                     if self._abandoned:
                         raise StreamAbandonedError("the upstream stream was cancelled when its clients left; retry")
                     return
-                changed = self._changed
-                await changed.wait()
+                waiter = self._loop.create_future()  # a follower that is cancelled cancels only its own
+                self._waiters.append(waiter)
+                await waiter
         finally:
             self._followers -= 1
             if self._followers == 0 and not self._done:
-                self._abandoning = asyncio.get_running_loop().call_later(self._abandon_after, self._abandon)
+                self._abandoning = self._loop.call_later(self._abandon_after, self._abandon)
 
     def _abandon(self) -> None:
         self._abandoning = None
@@ -83,11 +87,11 @@ class SharedStream:
             self._finished()
             self._producer.cancel()
 
-    async def _produce(self, source: AsyncGenerator[str, None]) -> None:
+    async def _produce(self, source: AsyncGenerator[list[str], None]) -> None:
         try:
             async with aclosing(source):
-                async for chunk in source:
-                    self._chunks.append(chunk)
+                async for batch in source:
+                    self._chunks += batch
                     self._notify()
         except Exception as exc:  # handed to every follower
             self._error = exc
@@ -102,8 +106,10 @@ class SharedStream:
             on_done(self)
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class _Opening:
@@ -129,7 +135,7 @@ class SharedStreams:
         self._opening: dict[str, _Opening] = {}
 
     async def follow(
-        self, key: str, open_stream: Callable[[], Awaitable[AsyncGenerator[str, None]]]
+        self, key: str, open_stream: Callable[[], Awaitable[AsyncGenerator[list[str], None]]]
     ) -> AsyncGenerator[list[str], None]:
         """Batches of the stream of `key`: the running one, else the one being opened, else a new one from
         `open_stream` (which returns once the first chunk is there, or raises)."""

@@ -44,6 +44,7 @@ RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 BeforeRetry = Callable[[], Awaitable[None]]  # e.g. the quota's `Slot.pace`: a retry is one more arrival upstream
 _jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
 DRAIN_SECONDS = 1.0  # how long the end of a body may take after [DONE] before its connection is dropped
+MAX_LINE_BYTES = 2**21  # one SSE line, far above any chunk an answer streams: a longer one breaks the stream
 
 
 class LLMUpstreamError(UpstreamError):
@@ -150,8 +151,9 @@ class LLMClient:
     @asynccontextmanager
     async def stream(
         self, body: dict[str, Any], *, before_retry: BeforeRetry | None = None
-    ) -> AsyncIterator[AsyncGenerator[str, None]]:
-        """Open a streamed completion; yields the `data:` payloads (JSON text) as they arrive, without [DONE].
+    ) -> AsyncIterator[AsyncGenerator[list[str], None]]:
+        """Open a streamed completion; yields the `data:` payloads (JSON texts) as they arrive, without [DONE],
+        in batches: those that came in one network read.
 
         It is open once the first payload has arrived: a failure before it is retried (another host, a
         back-off) like a non-streamed call's. Leaving the block closes the upstream response, so a client that
@@ -163,7 +165,7 @@ class LLMClient:
     @asynccontextmanager
     async def _opened(
         self, body: dict[str, Any], before_retry: BeforeRetry | None
-    ) -> AsyncIterator[tuple[aiohttp.ClientResponse, AsyncGenerator[str, None]]]:
+    ) -> AsyncIterator[tuple[aiohttp.ClientResponse, AsyncGenerator[list[str], None]]]:
         """The first successful response (and, for a stream, its payloads from the first one on); failures
         before it are retried when retrying can help."""
         if self._settings.api_key is None:
@@ -209,7 +211,7 @@ class LLMClient:
 
     async def _on_some_host(
         self, data: bytes, headers: dict[str, str], stream: bool
-    ) -> tuple[LLMHost, aiohttp.ClientResponse, str | None, AsyncGenerator[str, None]]:
+    ) -> tuple[LLMHost, aiohttp.ClientResponse, list[str] | None, AsyncGenerator[list[str], None]]:
         """One attempt: each host whose breaker lets it, in order, until one answers. A 429 is the account's
         (every host shares it) and ends the attempt; so does a 4xx, which no host would answer otherwise."""
         failure: _HostFailedError | None = None
@@ -237,8 +239,9 @@ class LLMClient:
 
     async def _attempt(
         self, host: LLMHost, data: bytes, headers: dict[str, str], stream: bool
-    ) -> tuple[aiohttp.ClientResponse, str | None, AsyncGenerator[str, None]]:
-        """The response, and for a stream its first payload (None: [DONE] came first) and the payloads after it."""
+    ) -> tuple[aiohttp.ClientResponse, list[str] | None, AsyncGenerator[list[str], None]]:
+        """The response, and for a stream its first batch of payloads (None: [DONE] came first) and the
+        batches after it."""
         try:
             response = await host.pool.get().post(host.chat_url, data=data, headers=headers)
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
@@ -278,7 +281,7 @@ class LLMClient:
         return base + _jitter.uniform(0.0, base)
 
 
-async def _prepend(first: str | None, rest: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
+async def _prepend(first: list[str] | None, rest: AsyncGenerator[list[str], None]) -> AsyncGenerator[list[str], None]:
     """`first` (unless None), then `rest`."""
     if first is not None:
         yield first
@@ -286,42 +289,57 @@ async def _prepend(first: str | None, rest: AsyncGenerator[str, None]) -> AsyncG
         yield item
 
 
-async def _nothing() -> AsyncGenerator[str, None]:
+async def _nothing() -> AsyncGenerator[list[str], None]:
     return
     yield  # an async generator that yields nothing
 
 
-async def _events(response: aiohttp.ClientResponse, host: str) -> AsyncGenerator[str, None]:
-    """`data:` payloads of an SSE body. Lines are decoded whole, so a character split across network
-    writes arrives whole."""
-    lines = aiter(response.content)
+async def _events(response: aiohttp.ClientResponse, host: str) -> AsyncGenerator[list[str], None]:
+    """`data:` payloads of an SSE body, a batch per network read: those of the complete lines it brought (one
+    await per read, not two per event; under load several events come in one read). Lines are decoded whole,
+    so a character split across network writes arrives whole."""
+    content = response.content
+    pending = bytearray()  # the start of a line whose end has not arrived yet
     try:
-        async for raw in lines:
-            line = raw.decode("utf-8")
-            if not line.startswith("data:"):
+        while data := await content.readany():
+            pending += data
+            end = pending.rfind(b"\n") + 1
+            if not end:
+                if len(pending) > MAX_LINE_BYTES:
+                    raise ValueError("SSE line too long")
                 continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                await _drain(lines)
-                return
-            yield data
+            lines = bytes(pending[:end]).split(b"\n")
+            del pending[:end]
+            batch: list[str] = []
+            for line in lines:
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    if batch:
+                        yield batch
+                    await _drain(content)
+                    return
+                batch.append(payload.decode("utf-8"))
+            if batch:
+                yield batch
     except TimeoutError as exc:  # aiohttp's read timeout: nothing for first_byte_timeout_seconds
         metrics.LLM_ERRORS.labels(reason="timeout", host=host).inc()
         raise LLMStreamStalledError("chat upstream stream stalled: no chunk in time") from exc
-    except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a line past read_bufsize
+    except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a line too long, or not UTF-8
         metrics.LLM_ERRORS.labels(reason="stream_broken", host=host).inc()
         raise LLMStreamBrokenError(f"chat upstream stream broke: {type(exc).__name__}") from exc
     metrics.LLM_ERRORS.labels(reason="stream_broken", host=host).inc()
     raise LLMStreamBrokenError("chat upstream stream ended without [DONE]")
 
 
-async def _drain(lines: AsyncIterator[bytes]) -> None:
+async def _drain(content: aiohttp.StreamReader) -> None:
     """Read the body's end after [DONE] (usually already received), so that the connection goes back to the
     pool: a response closed before its end closes its connection, and the next call would pay a new TCP and
     TLS handshake before its first token. An upstream that keeps the body open loses the connection instead."""
     with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
         async with asyncio.timeout(DRAIN_SECONDS):
-            async for _ in lines:
+            while await content.readany():
                 pass
 
 

@@ -88,7 +88,7 @@ def _host(base_url: str, settings: HunyuanSettings, clock: Callable[[], float]) 
         max_connections=settings.max_connections,
         connect_seconds=settings.connect_timeout_seconds,
         read_seconds=settings.first_byte_timeout_seconds,  # the headers, then the idle time between chunks
-        read_bufsize=2**20,  # bounds one SSE line: 2 MiB, far above any chunk an answer streams
+        read_bufsize=2**20,  # the read buffer (reading pauses above it); llm.MAX_LINE_BYTES bounds one SSE line
     )
     breaker = CircuitBreaker(
         name, settings.breaker_failures, settings.breaker_reset_seconds, clock, gauge=metrics.HOST_BREAKER_STATE

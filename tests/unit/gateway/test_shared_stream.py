@@ -23,11 +23,11 @@ class Source:
         for _ in range(chunks):
             self._released.release()
 
-    async def chunks(self) -> AsyncGenerator[str, None]:
+    async def chunks(self) -> AsyncGenerator[list[str], None]:
         try:
             for index in range(self.count):
                 await self._released.acquire()
-                yield f"c{index}"
+                yield [f"c{index}"]
             if self.fail:
                 raise RuntimeError("upstream broke")
         finally:
@@ -154,12 +154,12 @@ def test_requests_arriving_while_a_stream_opens_follow_it_or_get_its_error() -> 
         opened = asyncio.Event()
         opens: list[str] = []
 
-        async def open_failing() -> AsyncGenerator[str, None]:
+        async def open_failing() -> AsyncGenerator[list[str], None]:
             opens.append("failing")
             await opened.wait()
             raise UpstreamTimeoutError("no first chunk in time")
 
-        async def open_working() -> AsyncGenerator[str, None]:
+        async def open_working() -> AsyncGenerator[list[str], None]:
             opens.append("working")
             await opened.wait()
             source = Source(1)
