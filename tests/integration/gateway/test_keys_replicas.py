@@ -5,6 +5,10 @@ the upstream counted after one replica is killed mid-load."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +18,7 @@ import httpx
 import pytest
 
 from localtriton.ports import free_port
+from tests.helpers.checkout import ROOT
 from tests.helpers.gateway_processes import GatewayProcess, Gateways
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 
@@ -107,19 +112,18 @@ def test_a_keys_requests_per_minute_hold_across_three_replicas(replicas: list[st
             time.sleep(0.05)
     time.sleep(60 / RPM)  # the probes above took the key's last slot
 
-    async def hammer(seconds: float) -> tuple[list[int], float]:
-        statuses: list[int] = []
-        async with httpx.AsyncClient(timeout=30, headers=bearer(secret)) as client:
-            started = time.monotonic()
-
-            async def loop(url: str) -> None:
-                while time.monotonic() - started < seconds:
-                    statuses.append((await client.get(f"{url}/v1/models")).status_code)
-
-            await asyncio.gather(*(loop(url) for url in replicas for _ in range(8)))  # a slot nobody asks for is lost
-            return statuses, time.monotonic() - started
-
-    statuses, elapsed = asyncio.run(hammer(6.0))
+    # 8 loops per replica: a GCRA slot nobody asks for is lost, so the load must always have a request coming.
+    hammer = subprocess.run(
+        [sys.executable, "-m", "tests.helpers.hammer", "6", "8", *replicas],
+        env={**os.environ, "HAMMER_KEY": secret},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result = json.loads(hammer.stdout)
+    statuses, elapsed = result["statuses"], result["elapsed"]
     admitted, refused = statuses.count(200), statuses.count(429)
     assert admitted + refused == len(statuses), {s: statuses.count(s) for s in set(statuses)}
     allowed = elapsed * RPM / 60 + 1  # GCRA: one now, then one per interval
