@@ -18,6 +18,7 @@ import uuid
 from contextlib import suppress
 
 from gateway import metrics
+from gateway.background import cancel_and_wait
 from gateway.keys import names
 from gateway.keys.limiter import KeyLimiter
 from gateway.keys.model import ApiKey
@@ -73,8 +74,7 @@ class UsageRecorder:
     def record(self, key: ApiKey, model: str, usage: Usage, request_id: str | None = None) -> tuple[Usage, bool]:
         """Add `usage` to the key's record for `model` today, written in the background; returns it priced, and
         whether a price applied. `request_id` makes the record idempotent (e.g. a video task's id)."""
-        priced, has_price = self._queued(key, model, usage, request_id)
-        return priced, has_price
+        return self._queued(key, model, usage, request_id)
 
     async def record_durably(
         self, key: ApiKey, model: str, usage: Usage, request_id: str | None = None
@@ -93,11 +93,8 @@ class UsageRecorder:
 
     async def aclose(self) -> None:
         await self.flush()
-        for task in (self._writer, self._replayer):
-            if task is not None:
-                task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
+        # The replay loop survives Redis errors, the way a cancel landing in a Redis call can come out.
+        await cancel_and_wait(*(t for t in (self._writer, self._replayer) if t is not None), name="usage recorder")
         if self.spool is not None:
             await self.spool.aclose()
         await self.store.aclose()
@@ -235,14 +232,10 @@ class UsageRecorder:
         if counters is None:  # the label set is bounded (configured teams), so is this
             counters = self._team_counters[label] = _TeamCounters(label)
         counters.requests.inc(usage.requests)
-        for kind, value in (
-            ("prompt", usage.prompt_tokens),
-            ("completion", usage.completion_tokens),
-            ("reasoning", usage.reasoning_tokens),
-            ("embedding", usage.embedding_tokens),
-        ):
+        for kind, counter in counters.tokens.items():
+            value = getattr(usage, f"{kind}_tokens")
             if value:
-                counters.tokens[kind].inc(value)
+                counter.inc(value)
         if usage.cost:
             counters.cost.inc(usage.cost)
 
