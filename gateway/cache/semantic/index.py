@@ -18,6 +18,7 @@ from gateway.cache.base import CacheStoreError
 from gateway.cache.semantic.context import semantic_context_key, semantic_query
 from gateway.cache.semantic.matchers import Matcher
 from gateway.cache.semantic.stores import SemanticEntry, SemanticStore
+from gateway.errors import UpstreamUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,9 @@ class SemanticIndex:
             return known
         try:
             (fingerprint,) = await self.matcher.fingerprints([query])
+        except UpstreamUnavailableError as exc:  # an outage its client logs once, not once per chat request
+            self._failed("fingerprint", exc, logging.DEBUG)
+            return None
         except Exception as exc:  # the embedder's own errors: the request must go on without the cache
             self._failed("fingerprint", exc)
             return None

@@ -15,8 +15,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import SecretStr
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.settings import AuthSettings, CacheSettings, LimitSettings
+from gateway.settings import AuthSettings, CacheSettings, HunyuanSettings, LimitSettings, SemanticCacheSettings
 from localtriton.server import TritonProcess
+from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.metrics import metric
 from tests.helpers.running_gateway import RunningGateway
 from tests.helpers.sentences import SLOW_BATCH, mixed_texts
@@ -166,6 +167,43 @@ def test_triton_outage_is_503_naming_triton_and_the_gateway_stays_ready_then_rec
     assert len(warnings) == 1, "one WARNING per outage, not one per request"
     assert triton.grpc_url in warnings[0].getMessage(), "the address goes to the log"
     assert len(recoveries) == 1 and warnings[0].created < recoveries[0].created
+
+
+def test_with_triton_stopped_the_gateway_stays_ready_and_chat_keeps_answering(
+    minilm_repository: Path,
+    triton_factory: Callable[[Path], TritonProcess],
+    hunyuan_simulator: RunningHunyuanSimulator,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The chart's Triton probe: a Triton restart or rollout degrades embeddings alone. Chat stays served,
+    also with the semantic cache on the stack's own embeddings (its lookup needs Triton)."""
+    triton = triton_factory(minilm_repository)
+    hunyuan_simulator.config.api_key = "sim-key"
+    gateway = gateway_factory(
+        triton.grpc_url,
+        hunyuan=HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("sim-key")),
+        semantic=SemanticCacheSettings(matcher="embedding"),
+    )
+    chat = f"{gateway.base_url}/v1/chat/completions"
+    question = {"model": "hy3-preview", "messages": [{"role": "user", "content": "Is the chat still up?"}]}
+    assert http.post(chat, json=question).status_code == 200
+    triton.stop()
+    ready = http.get(f"{gateway.base_url}/readyz")
+    assert ready.status_code == 200 and ready.json()["checks"]["triton"] == "degraded"
+    calls = hunyuan_simulator.stats.requests_total
+    caplog.set_level(logging.INFO)
+    for n in range(3):
+        other = {**question, "messages": [{"role": "user", "content": f"And while Triton is away? ({n})"}]}
+        answered = http.post(chat, json=other)
+        assert answered.status_code == 200 and answered.json()["choices"][0]["message"]["content"]
+        streamed = http.post(chat, json={**other, "stream": True, "temperature": 0.5})  # not the cached one
+        assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+    assert hunyuan_simulator.stats.requests_total == calls + 6, "answered by the upstream, not refused"
+    assert http.get(f"{gateway.base_url}/readyz").status_code == 200
+    cache_warnings = [r for r in caplog.records if r.name.startswith("gateway.cache") and r.levelno >= logging.WARNING]
+    assert cache_warnings == [], "the outage is logged once by the Triton client, not once per chat request"
 
 
 def test_metrics_expose_the_autoscaling_gauge_and_request_latency(
