@@ -7,13 +7,15 @@ budgets read it). Rows carry the team and key prefix as they were when the reque
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, timedelta
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from redis.exceptions import NoScriptError
 
@@ -24,6 +26,8 @@ from gateway.usage.record import COUNTERS, Usage
 
 SEEN_SECONDS = 2 * 86400  # how long a request id is remembered: longer than any retry of its write
 RETENTION_SECONDS = 400 * 86400
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -178,13 +182,19 @@ _UPSERT = (
 
 
 class SqliteUsageStore:
-    """The same in an SQLite file; each batch of records is one short transaction on the event loop (as the task
-    store's statements: microseconds each, cheaper than a worker thread)."""
+    """The same in an SQLite file. Its statements run on one worker thread of its own, in order: a batch's
+    transaction, a WAL checkpoint or a month's report can take long enough to stall every request if run on
+    the event loop, and one thread keeps the connection's transactions from interleaving."""
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._db: sqlite3.Connection | None = None
         self._purged_day = ""
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="usage-sqlite")
+        self._closed = False
+
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, call, *args)
 
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
@@ -199,6 +209,9 @@ class SqliteUsageStore:
         """The batch in one transaction."""
         if not entries:
             return []
+        return await self._run(self._add_many, list(entries))
+
+    def _add_many(self, entries: list[UsageEntry]) -> list[bool]:
         db = self._connection()
         added = []
         with db:
@@ -218,6 +231,9 @@ class SqliteUsageStore:
         return added
 
     async def rows(self, start: date, end: date) -> list[UsageRow]:
+        return await self._run(self._rows, start, end)
+
+    def _rows(self, start: date, end: date) -> list[UsageRow]:
         query = f"SELECT day, key_id, key_prefix, team, model, {', '.join(COUNTERS)} FROM usage "
         query += "WHERE day BETWEEN ? AND ? ORDER BY day, key_id, model"
         return [
@@ -227,6 +243,9 @@ class SqliteUsageStore:
 
     async def month_spend(self, month: str) -> dict[str, tuple[float, int]]:
         """Cost and tokens per subject (`key:<id>`, `team:<name>`) this month: the budgets after a restart."""
+        return await self._run(self._month_spend, month)
+
+    def _month_spend(self, month: str) -> dict[str, tuple[float, int]]:
         query = "SELECT key_id, team, SUM(cost), SUM(prompt_tokens + completion_tokens + embedding_tokens) "
         query += "FROM usage WHERE day LIKE ? GROUP BY key_id, team"
         spend: dict[str, tuple[float, int]] = {}
@@ -237,6 +256,13 @@ class SqliteUsageStore:
         return spend
 
     async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._run(self._close)
+        self._thread.shutdown(wait=True)
+
+    def _close(self) -> None:
         if self._db is not None:
             self._db.close()
             self._db = None
