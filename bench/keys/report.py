@@ -95,7 +95,8 @@ def method_notes(runs: int, quick: bool) -> list[str]:
         "from the scheduled send; 32 unmeasured requests warm each load.",
         "Keyed gateways: one key from a keys file; the key and its team have requests-per-minute and monthly "
         "budget limits that never refuse, the model has a price: each request is authenticated (SHA-256 and a "
-        "dict lookup), checked (key and team, rate and budget: one Lua script with Redis, in memory without), "
+        "dict lookup), checked (key and team, rate and budget: with Redis from leased rate tokens and a copy of the "
+        "spend, both renewed in the background, in memory without), "
         "priced and recorded. The open gateways record usage too (anonymous), so the added latency is the "
         "key lookup, the limits and the budget; the usage write is in both.",
         "With Redis the embedding cache is in Redis as well: keys are judged against the open gateway with the "

@@ -9,38 +9,21 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
 from importlib.resources import files
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from gateway.keys.checks import Check, CheckKind, Refusal
+from gateway.keys.leases import WINDOW_US, RateLeases, leasable
 from gateway.keys.redis_channel import PipelinedChannel
+from gateway.keys.spend_cache import SpendCache
 from gateway.redis_client import OUTAGES, REDIS_FAILURES, RedisConnection
 
 log = logging.getLogger(__name__)
 
-CheckKind = Literal["rate", "tokens", "slots", "count", "budget"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """One limit of one subject. Parameters by kind: rate (a = interval µs); tokens (a = per minute,
-    b = reserve); slots (a = maximum, b = lease id, c = lease µs); count (a = limit, b = amount, c = ttl ms);
-    budget (a = limit, b = 'cost' | 'tokens', c = µs until the budget renews)."""
-
-    kind: CheckKind
-    key: str
-    a: float | int
-    b: float | int | str = 0
-    c: int = 0
-
-
-@dataclass(frozen=True)
-class Refusal:
-    check: Check
-    wait_seconds: float
+__all__ = ["Check", "CheckKind", "KeyLimiter", "LocalKeyLimiter", "RedisKeyLimiter", "Refusal"]
 
 
 class KeyLimiter(Protocol):
@@ -134,13 +117,20 @@ class RedisKeyLimiter:
     """The checks on Redis' clock, shared by every replica. While Redis fails, each replica limits alone
     (`LocalKeyLimiter`), logged once per outage: a dead Redis must not fail requests. Calls go through the
     circuit of `redis` (the process's shared `RedisConnection`, or a URL for one of its own): while it is open
-    the checks are local at once, so a frozen Redis slows only the requests already waiting on it."""
+    the checks are local at once, so a frozen Redis slows only the requests already waiting on it.
+
+    Most requests wait for no Redis call: requests-per-minute limits large enough are taken from leased tokens
+    (`RateLeases`) and budgets from a copy of the spend (`SpendCache`); the other checks (small rate limits,
+    chat tokens and streams, videos) and those two when they cannot decide are one script call."""
 
     def __init__(self, redis: str | RedisConnection, timeout_seconds: float = 0.25, backoff_seconds: float = 1.0):
         self._redis = RedisConnection.shared(redis, timeout_seconds=timeout_seconds, backoff_seconds=backoff_seconds)
         self._admit = self._redis.client.register_script(_lua("admit"))
         self._release = self._redis.client.register_script(_lua("release"))
+        self._lease = self._redis.client.register_script(_lua("lease"))
         self._channel = PipelinedChannel(self._redis.client)
+        self._leases = RateLeases(self._leased)
+        self._spend = SpendCache(self._spent)
         self._fallback = LocalKeyLimiter()
         self._degraded = False
 
@@ -148,6 +138,30 @@ class RedisKeyLimiter:
         return "RedisKeyLimiter()"  # no URL: it may hold a password
 
     async def admit(self, checks: list[Check]) -> Refusal | None:
+        exact: list[Check] = []
+        taken: list[Check] = []  # leased tokens, given back if another check refuses
+        refusal: Refusal | None = None
+        for check in checks:
+            verdict: bool | Refusal | None = None
+            if check.kind == "budget":
+                verdict = self._spend.verdict(check)
+            elif leasable(check):
+                verdict = await self._leases.take(check)
+                if verdict is True:
+                    taken.append(check)
+            if verdict is None:
+                exact.append(check)
+            elif isinstance(verdict, Refusal):
+                refusal = verdict
+                break
+        if refusal is None and exact:
+            refusal = await self._admit_exactly(exact)
+        if refusal is not None:
+            for check in taken:
+                self._leases.give_back(check)
+        return refusal
+
+    async def _admit_exactly(self, checks: list[Check]) -> Refusal | None:
         args: list[str | int | float] = []
         for check in checks:
             args += [check.kind, check.a, check.b, check.c]
@@ -175,7 +189,18 @@ class RedisKeyLimiter:
             await self._fallback.release(checks, actual_tokens)
 
     async def add_spend(self, keys: list[str], cost: float, tokens: int) -> None:
-        """Spend is added by the usage store's record script in Redis (once per request id)."""
+        """Spend is added by the usage store's record script in Redis (once per request id); this replica's copy
+        of it grows at once."""
+        self._spend.add(keys, cost, tokens)
+
+    async def _leased(self, check: Check, wanted: int) -> tuple[int, int]:
+        args: list[str | int | float] = [check.a, wanted, WINDOW_US]
+        reply: Any = await self._redis.call(lambda: self._evalsha(self._lease, [check.key], args))
+        return int(reply[0]), int(reply[1])
+
+    async def _spent(self, key: str) -> tuple[float, float]:
+        reply: Any = await self._redis.call(lambda: self._channel.execute("HMGET", key, "cost", "tokens"))
+        return float(reply[0] or 0), float(reply[1] or 0)
 
     async def _evalsha(self, script: AsyncScript, keys: list[str], args: list[str | int | float]) -> Any:
         """The script by its SHA on the pipelined channel (the limits are checked on every request); a Redis that
@@ -187,6 +212,8 @@ class RedisKeyLimiter:
             return await self._channel.execute("EVALSHA", script.sha, len(keys), *keys, *args)
 
     async def aclose(self) -> None:
+        await self._leases.aclose()
+        await self._spend.aclose()
         await self._channel.aclose()
         await self._redis.aclose()
 
