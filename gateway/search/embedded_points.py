@@ -31,7 +31,9 @@ from gateway.search.store import DocumentWrite
 
 PointId = int | uuid.UUID | str
 ID_NAMESPACE = uuid.UUID("6f1c1a52-4d0e-4a8e-9a53-2d3f7f1e0c11")  # fixed: ids must map the same way forever
-HNSW_EF = 200  # search breadth: docs/benchmarks.md has the recall it buys
+# Search breadth, docs/benchmarks.md has the recall each buys: a filter prunes the graph walk, so it needs more.
+HNSW_EF = 128
+HNSW_EF_FILTERED = 200
 Kept = list[UpdateOperation] | None  # the writes kept for an index build under way, if any
 
 
@@ -46,7 +48,7 @@ def search_request(vector: Vector, top_k: int, where: Filter | None, min_score: 
         filter=to_qdrant(where) if where is not None else None,
         with_payload=True,
         score_threshold=min_score,
-        params=SearchParams(hnsw_ef=max(HNSW_EF, top_k)),
+        params=SearchParams(hnsw_ef=max(HNSW_EF if where is None else HNSW_EF_FILTERED, top_k)),
     )
 
 

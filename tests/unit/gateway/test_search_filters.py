@@ -1,12 +1,15 @@
-"""The filter language: what it accepts, the 400 it answers otherwise, and the Milvus text it writes."""
+"""The filter language: what it accepts, the 400 it answers otherwise, the Milvus text it writes, and the search
+breadth a filter gets in the embedded store."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from gateway.errors import InvalidRequestError
+from gateway.search.embedded_points import HNSW_EF, HNSW_EF_FILTERED, search_request
 from gateway.search.filters import All, Any_, Compare, Member, parse_filter
 from gateway.search.milvus_filter import literal, to_milvus
 
@@ -70,3 +73,13 @@ def test_milvus_expression_keeps_values_inside_their_literals() -> None:
         '((metadata["lang"] == "x\\" or 1==1 or \\"" or json_contains(metadata["lang"], "x\\" or 1==1 or \\""))'
         ' and (metadata["n"] < 5.0))'
     )
+
+
+def test_a_filtered_search_walks_the_graph_wider() -> None:
+    """A filter prunes the HNSW walk, so it gets the wider breadth that keeps its recall; top_k above the
+    breadth widens either."""
+    vector = np.ones(4, dtype=np.float32)
+    assert HNSW_EF < HNSW_EF_FILTERED
+    assert search_request(vector, 10, None, None).params.hnsw_ef == HNSW_EF
+    assert search_request(vector, 10, parse_filter({"bucket": 1}), None).params.hnsw_ef == HNSW_EF_FILTERED
+    assert search_request(vector, HNSW_EF + 1, None, None).params.hnsw_ef == HNSW_EF + 1
