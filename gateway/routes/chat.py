@@ -14,12 +14,13 @@ from gateway.protocol.chat import ChatCompletionRequest
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.embeddings import ERRORS
 from gateway.routes.event_stream import Opened, OpeningEventStream
+from gateway.routes.lean_route import LeanRoute
 from gateway.services.chat import CacheResult, ChatService, estimate_tokens, usage_requested
 from gateway.usage.hooks import record_usage_durably
 from gateway.usage.metering import metered_stream
 from gateway.usage.record import chat_usage
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)  # a stream's way to its upstream call, without FastAPI's request work
 
 
 def chat(request: Request) -> ChatService:

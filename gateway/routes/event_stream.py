@@ -12,8 +12,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway import sse
-from gateway.disconnect import disconnected, unless_disconnected
-from gateway.errors import GatewayError, error_response
+from gateway.disconnect import disconnected
+from gateway.errors import ClientClosedRequestError, GatewayError, error_response
 
 Opened = tuple[AsyncGenerator[str, None], Mapping[str, str]]
 
@@ -38,42 +38,58 @@ class OpeningEventStream(Response):
         self._release = release
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            try:
-                events, headers = await unless_disconnected(receive, self._open())
-            except GatewayError as exc:
-                await error_response(exc, scope["method"], scope["path"])(scope, receive, send)
-                return
-            MutableHeaders(raw=self.raw_headers).update(headers)
-            await self._stream(events, receive, send)
-        finally:
-            await self._release()
-
-    async def _stream(self, events: AsyncGenerator[str, None], receive: Receive, send: Send) -> None:
-        """Write each event text as it comes; a client that goes away ends the stream (and so the upstream
-        call): the server would otherwise drop the writes and let the upstream run to its end."""
-        streaming = asyncio.current_task()
-        assert streaming is not None
-        relaying = True
+        # The stream opens in this task, not in one of its own: a task would start a loop turn later and
+        # its result reach this one a turn after it ends, both on the way to the first chunk. The client
+        # leaving cancels this task instead, until the last event has gone out.
+        this = asyncio.current_task()
+        assert this is not None
+        watching = True
 
         async def cancel_on_disconnect() -> None:
             await disconnected(receive)
-            if relaying:  # after the last event, the end of the response reads as a disconnect too
-                streaming.cancel()
+            if watching:  # after the last event, the end of the response reads as a disconnect too
+                this.cancel()
 
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         watcher = asyncio.ensure_future(cancel_on_disconnect())
         try:
-            async with aclosing(events):
-                async for text in events:
-                    await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
-            relaying = False
+            try:
+                events, headers = await self._open()
+            except asyncio.CancelledError:
+                if not _client_left(watcher):
+                    raise  # cancelled from outside (the deadline, the server's shutdown)
+                this.uncancel()
+                left = ClientClosedRequestError("the client closed the connection before the answer was ready")
+                await error_response(left, scope["method"], scope["path"])(scope, receive, send)
+                return
+            except GatewayError as exc:
+                watching = False
+                await error_response(exc, scope["method"], scope["path"])(scope, receive, send)
+                return
+            MutableHeaders(raw=self.raw_headers).update(headers)
+            try:
+                await self._stream(events, send)
+            except asyncio.CancelledError:
+                if not _client_left(watcher):
+                    raise
+                this.uncancel()
+                return
+            watching = False
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except asyncio.CancelledError:
-            if not watcher.done() or watcher.cancelled():
-                raise  # cancelled from outside (the server's shutdown), not by the client leaving
-            streaming.uncancel()
         finally:
-            relaying = False
+            watching = False
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
+            await self._release()
+
+    async def _stream(self, events: AsyncGenerator[str, None], send: Send) -> None:
+        """Write each event text as it comes; a client that goes away ends the stream (and so the upstream
+        call): the server would otherwise drop the writes and let the upstream run to its end."""
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async with aclosing(events):
+            async for text in events:
+                await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
+
+
+def _client_left(watcher: asyncio.Future[None]) -> bool:
+    """Whether the disconnect watcher has ended by seeing the client leave (not by being cancelled)."""
+    return watcher.done() and not watcher.cancelled()

@@ -37,9 +37,11 @@ class SharedStream:
         source: AsyncGenerator[list[str], None],
         on_done: Callable[[SharedStream], object],
         *,
+        first: list[str] | None = None,
         abandon_after_seconds: float = ABANDON_AFTER_SECONDS,
     ) -> None:
-        self._chunks: list[str] = []
+        # `first`: a batch already taken from `source`, which a follower gets without waiting for the producer.
+        self._chunks: list[str] = list(first) if first else []
         self._done = False
         self._abandoned = False
         self._error: BaseException | None = None
@@ -150,7 +152,9 @@ class SharedStreams:
             return running.follow()
         opening = self._opening[key] = _Opening()
         try:
-            shared = opening.stream = SharedStream(await open_stream(), partial(self._forget, key))
+            source = await open_stream()
+            first = await _first_batch(source)
+            shared = opening.stream = SharedStream(source, partial(self._forget, key), first=first)
             self._running[key] = shared
         except GatewayError as exc:
             opening.error = exc
@@ -163,3 +167,14 @@ class SharedStreams:
     def _forget(self, key: str, shared: SharedStream) -> None:
         if self._running.get(key) is shared:  # a newer stream of the same request may have taken the key
             del self._running[key]
+
+
+async def _first_batch(source: AsyncGenerator[list[str], None]) -> list[str] | None:
+    """The source's first batch, taken in the opening request's task: the source has it at hand once it has
+    opened, and the first follower then writes it without waiting a loop turn for the producer task to start.
+    A source that fails or is left here is closed."""
+    try:
+        return await anext(source, None)
+    except BaseException:
+        await source.aclose()
+        raise

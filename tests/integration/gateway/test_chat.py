@@ -500,10 +500,12 @@ def test_answers_with_several_choices_are_not_cached(chat_gateway: RunningGatewa
     assert http.post(url, json=ask("one take", n=1)).headers["x-cache"] == "hit"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["completion", "stream"])
 @pytest.mark.parametrize(("leaving", "status"), [("request deadline", 504), ("client disconnect", 499)])
 def test_a_completion_no_request_waits_for_any_more_is_cancelled_and_frees_its_quota_slot(
     leaving: str,
     status: int,
+    stream: bool,
     hunyuan_simulator: RunningHunyuanSimulator,
     triton: TritonProcess,
     gateway_factory: Callable[..., RunningGateway],
@@ -518,11 +520,12 @@ def test_a_completion_no_request_waits_for_any_more_is_cancelled_and_frees_its_q
     )
     url = f"{gateway.base_url}/v1/chat/completions"
     hunyuan_simulator.config.ttft_seconds = 3.0
+    slow = ask("too slow", stream=stream)  # a stream's headers wait for its first chunk: it is still opening
     if leaving == "request deadline":
-        assert http.post(url, json=ask("too slow")).status_code == 504
+        assert http.post(url, json=slow).status_code == 504
     else:
         with httpx.Client(timeout=0.3) as impatient, pytest.raises(httpx.ReadTimeout):
-            impatient.post(url, json=ask("too slow"))  # the client gives up and closes its connection
+            impatient.post(url, json=slow)  # the client gives up and closes its connection
     hunyuan_simulator.config.ttft_seconds = 0.0
     # The only concurrency slot: still held by the abandoned call, this request would wait 1 s and get 429.
     answered = http.post(url, json=ask("quick"))
