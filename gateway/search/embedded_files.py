@@ -20,6 +20,10 @@ from gateway.search.shard_index import LIVE, live_folder, recover
 
 RECORD = "collection.json"
 HNSW = HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000)
+# Qdrant searches a shard's segments in parallel on a pool of its own (by default a thread per CPU). Here the
+# concurrency comes from the requests, and an indexed shard is one large segment and a small one, so the pool only
+# adds CPU to each search (docs/benchmarks.md has how much).
+SEARCH_THREADS = 1
 
 
 def read_catalog(root: Path) -> dict[str, Collection]:
@@ -41,19 +45,27 @@ def create_files(root: Path, collection: Collection, optimizers: EdgeOptimizersC
     shutil.rmtree(folder, ignore_errors=True)  # a create that crashed before its record was written
     folder.mkdir(parents=True)
     config = EdgeConfig(
-        vectors=EdgeVectorParams(size=collection.dimensions, distance=Distance.Cosine),
+        vectors=vector_params(collection),
         hnsw_config=HNSW,
         optimizers=optimizers,
+        max_search_threads=SEARCH_THREADS,
     )
     shard = EdgeShard.create(str(folder / LIVE), config)
     write_record(root, collection)
     return shard
 
 
-def open_shard(root: Path, name: str) -> EdgeShard:
-    folder = root / name
+def open_shard(root: Path, collection: Collection) -> EdgeShard:
+    """The collection's live shard, searching with `SEARCH_THREADS` even if it was created before that setting
+    (the rest of its configuration is kept as it was written; copies made for indexing inherit it)."""
+    folder = root / collection.name
     recover(folder)
-    return EdgeShard.load(str(live_folder(folder)))
+    config = EdgeConfig(vectors=vector_params(collection), max_search_threads=SEARCH_THREADS)
+    return EdgeShard.load(str(live_folder(folder)), config)
+
+
+def vector_params(collection: Collection) -> EdgeVectorParams:
+    return EdgeVectorParams(size=collection.dimensions, distance=Distance.Cosine)
 
 
 def delete_files(root: Path, name: str, shard: EdgeShard | None) -> None:
