@@ -116,7 +116,8 @@ def test_sigkill_mid_submit_then_restart_runs_no_task_twice_upstream(
     assert len(per_task) == TASKS, diagnostics()
     if webhooks and wait:
         assert duplicates == 0 and not orphans, f"{per_task}\n{diagnostics()}"
-        assert adopted >= 1, f"no submit was in flight at the kill\n{diagnostics()}"
+        # a lost job is adopted by its webhook or found in the request history first, whichever comes sooner
+        assert adopted + found >= 1, f"no submit was in flight at the kill\n{diagnostics()}"
     elif webhooks:
         # Submitted again once the lease lapsed, before the lost jobs' webhooks came: each is cancelled on sight.
         assert duplicates == len(orphans) <= CONCURRENT_SUBMITS, f"{per_task}\n{diagnostics()}"
