@@ -496,9 +496,7 @@ class SearchSettings(BaseSettings):
     max_threads: int = Field(
         4,
         description="Threads that run the store's (synchronous) calls, so they never block the event loop. More "
-        "lets more Milvus searches run at once; on few cores they only queue for the CPU there instead of here. "
-        "The embedded store's searches run on the event loop's thread (its engine holds the GIL through a "
-        "search, so a thread would not free the loop); its other calls use these threads.",
+        "lets more searches run at once; on few cores they only queue for the CPU there instead of here.",
     )
 
 

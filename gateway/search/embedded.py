@@ -1,12 +1,12 @@
 """The embedded vector store: Qdrant Edge (the Qdrant engine as a library) in this process, on local disk.
 
 Each collection is one shard (`embedded_files.py` has the folders, `embedded_points.py` the documents as points).
-The engine is synchronous: its calls run in the store's threads, except searches. qdrant-edge-py holds the GIL
-through a query, so in a worker thread it stops the event loop just as much, and under load the hand-over to the
-thread and back cost a search more than the query itself: searches run on the loop's thread (docs/benchmarks.md
-has the measurements). Writes to a collection take its write lock; reads take none. New documents are
-searchable at once (an exact scan of the unindexed ones); once enough are unindexed, the HNSW index is built on a
-copy in a child process and swapped in (`shard_index.py` says why and how) while searches go on.
+The engine is synchronous: its calls run in the store's threads. qdrant-edge-py holds the GIL for much of a
+query, so a search on a worker thread still slows the loop, but on the loop's own thread it would stop every other
+request for its whole length (an exact scan of an unindexed tail takes milliseconds). Writes to a collection take
+its write lock; reads take none. New documents are searchable at once (an exact scan of the unindexed ones); once
+enough are unindexed, the HNSW index is built on a copy in a child process and swapped in (`shard_index.py` says
+why and how) while searches go on.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class EmbeddedStore:
     ) -> list[Hit]:
         request = points.search_request(vector, top_k, where, min_score)
         async with self._reading(name) as shard:
-            return self._threads.run_here(points.query, shard, request)
+            return await self._run(points.query, shard, request)
 
     async def ready(self) -> bool:
         try:
