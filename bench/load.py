@@ -2,7 +2,8 @@
 
 `closed_loop` keeps `concurrency` requests in flight until `total` are done (throughput at a
 concurrency); `open_loop` starts requests at a fixed rate whatever the answers do (latency at a load,
-without the coordinated omission of a closed loop).
+without the coordinated omission of a closed loop); `taking_turns` sends one request at a time to several
+systems in turn (a latency difference between them, without the drift between two runs).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import replace
 
 import aiohttp
 
@@ -30,6 +32,7 @@ class _Run:
         self.latencies: list[float] = []
         self.errors = 0
         self.items = 0
+        self.busy = 0.0  # seconds spent in this run's requests, failed ones included
         settle_heap()
         self._cpu = process_cpu_seconds()
         self.started = time.perf_counter()
@@ -44,6 +47,8 @@ class _Run:
             if self.errors == 1:  # the first failure, so that an error count in the report has a cause in the log
                 log.warning("request %d failed: %s", index, repr(exc)[:300])
             return
+        finally:
+            self.busy += time.perf_counter() - started
         self.items += done
         self.latencies.append(time.perf_counter() - started)
 
@@ -78,6 +83,26 @@ async def open_loop(request: Request, *, rate: float, duration: float) -> RunSta
         tasks.append(asyncio.create_task(run.send(request, index, scheduled)))
     await asyncio.gather(*tasks)
     return run.stats()
+
+
+async def taking_turns(requests: Sequence[Request], *, total: int) -> list[RunStats]:
+    """`total` requests to each of `requests`, one at a time: each index goes to every system in turn, the order
+    rotated by one per index. Two systems measured in separate runs, seconds apart, differ by the machine's
+    drift as well (other processes, timers, caches): a small difference between them can drown in it. Taking
+    turns, they share every moment. Each run's elapsed time is the time spent in its own requests, and the load
+    generator's CPU is shared out in that proportion."""
+    runs = [_Run() for _ in requests]
+    for index in range(total):
+        for turn in range(len(requests)):
+            number = (index + turn) % len(requests)
+            await runs[number].send(requests[number], index)
+    stats = [run.stats() for run in runs]
+    wall = max((s.elapsed for s in stats), default=0.0)
+    cpu = max((s.client_cpu_seconds for s in stats), default=0.0)  # each run's CPU clock covered all of them
+    return [
+        replace(s, elapsed=run.busy, client_cpu_seconds=cpu * run.busy / wall if wall > 0 else 0.0)
+        for s, run in zip(stats, runs, strict=True)
+    ]
 
 
 @contextlib.asynccontextmanager

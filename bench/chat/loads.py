@@ -1,5 +1,6 @@
 """The chat part's loads: streamed and non-streamed runs through a route (`Sample`: their statistics and the
-CPU the route's servers spent), swept over concurrencies or opened all at once, in rotated rounds."""
+CPU the route's servers spent), swept over concurrencies or opened all at once, in rotated rounds; streams at
+concurrency 1 through every route taking turns."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import aiohttp
 from bench.chat.clients import Probe
 from bench.chat.plan import Plan, run_size
 from bench.chat.routes import Route
-from bench.load import aiohttp_session, closed_loop
+from bench.load import aiohttp_session, closed_loop, taking_turns
 from bench.run_stats import RunStats
 
 log = logging.getLogger("bench.chat")
@@ -56,6 +57,26 @@ async def stream_run(client: aiohttp.ClientSession, route: Route, total: int, co
     sample.first_byte = probe.ttfbs
     sample.counts = {"opened": total, "completed": len(probe.ttfts), "peak_open": probe.peak_open}
     return sample
+
+
+async def streams_taking_turns(client: aiohttp.ClientSession, routes: Sequence[Route], total: int) -> list[Sample]:
+    """`total` streamed requests per route at concurrency 1, the routes taking turns request by request, one
+    sample per route as `stream_run` makes it. The routes share one simulator: its CPU is shared out in
+    proportion to the time spent in each route's requests."""
+    probes = [Probe(client, route) for route in routes]
+    before = [route.cpu() for route in routes]
+    runs = await taking_turns([probe.stream for probe in probes], total=total)
+    busy = sum(run.elapsed for run in runs)
+    samples = []
+    for probe, run, (proxy, upstream), (proxy_after, upstream_after) in zip(
+        probes, runs, before, [route.cpu() for route in routes], strict=True
+    ):
+        upstream_share = (upstream_after - upstream) * run.elapsed / busy if busy > 0 else 0.0
+        sample = Sample(replace(run, latencies=probe.ttfts), proxy_after - proxy, upstream_share)
+        sample.failures, sample.first_byte = probe.failures, probe.ttfbs
+        sample.counts = {"opened": total, "completed": len(probe.ttfts), "peak_open": probe.peak_open}
+        samples.append(sample)
+    return samples
 
 
 async def completion_run(client: aiohttp.ClientSession, route: Route, total: int, concurrency: int) -> Sample:
@@ -105,6 +126,33 @@ async def sweep(
                 sizes[route.system] = run_size(warm.stats.requests_per_second, seconds, concurrency, minimum)
             results[concurrency] = await rounds(routes, runs, partial(_sized, run_one, client, sizes, concurrency))
     return results
+
+
+async def ttft_sweep(routes: Sequence[Route], plan: Plan) -> Results:
+    """Streams at each of the plan's TTFT concurrencies. At 1 the routes take turns request by request, so a
+    proxy's added time is not blurred by the drift between two runs seconds apart (at concurrency 1 that
+    drift is as large as the proxy's cost); above 1 each route runs on its own, as `sweep` runs them, since
+    taking turns would split the concurrency between the systems."""
+    results = await sweep(
+        routes,
+        plan.runs,
+        [c for c in plan.ttft_concurrency if c != 1],
+        stream_run,
+        plan.ttft_seconds,
+        plan.ttft_min_requests,
+    )
+    if 1 not in plan.ttft_concurrency:
+        return results
+    log.info("streams at concurrency 1, the routes taking turns")
+    async with aiohttp_session(1) as client:
+        rates = [(await stream_run(client, route, 20, 1)).stats.requests_per_second for route in routes]  # warm-up
+        total = run_size(min(rates), plan.ttft_seconds, 1, plan.ttft_min_requests)
+        by_system: dict[str, list[Sample]] = {route.system: [] for route in routes}
+        for _ in range(plan.runs):
+            for route, sample in zip(routes, await streams_taking_turns(client, routes, total), strict=True):
+                log.info("%s: p50 %.2f ms", route.system, sample.stats.p(50))
+                by_system[route.system].append(sample)
+    return {1: by_system, **results}
 
 
 async def _sized(

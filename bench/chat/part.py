@@ -6,7 +6,7 @@ import resource
 from dataclasses import replace
 from pathlib import Path
 
-from bench.chat.loads import bursts, completion_run, stream_run, sweep
+from bench.chat.loads import bursts, completion_run, sweep, ttft_sweep
 from bench.chat.plan import PART, QUICK, Plan
 from bench.chat.report import assemble, plan_notes
 from bench.chat.servers import chat_stack
@@ -20,8 +20,7 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False) -> PartResul
     if (note := raise_open_files(2 * plan.streams + 512)) is not None:
         notes.append(note)
     async with chat_stack(out_dir / "logs" / PART, plan, notes) as routes:
-        ttft_plan = (plan.ttft_concurrency, stream_run, plan.ttft_seconds, plan.ttft_min_requests)
-        ttft = await sweep(routes["ttft"], plan.runs, *ttft_plan)
+        ttft = await ttft_sweep(routes["ttft"], plan)
         rps = await sweep(routes["rps"], plan.runs, plan.rps_concurrency, completion_run, plan.rps_seconds)
         streams = await bursts(routes["streams"], plan)
     result = assemble(plan, ttft, rps, streams, notes)

@@ -173,7 +173,9 @@ def plan_notes(plan: Plan) -> list[str]:
         f"{os.getloadavg()[0]:.1f} (other work on the machine skews absolute figures, not the alternation).",
         f"{plan.runs} round(s); each runs every system once, the order rotated per round; figures are medians "
         "over rounds. Added p50 (p99) = a system's p50 (p99) minus the bare simulator's of the same round; "
-        "'x bare' = requests/s relative to the bare simulator.",
+        "'x bare' = requests/s relative to the bare simulator. Streams at concurrency 1: in each round the "
+        "systems take turns request by request (the order rotated per request), so that they share every "
+        "moment of the machine; their requests/s are per second spent in their own requests.",
         f"TTFT rows: streamed requests of a reasoning model (it thinks by default: reasoning_content pieces, "
         "then the answer), p50/p99 = time to the first answer token (content chunk); TTFB = time to the first "
         f"event (the role chunk, before the reasoning); simulator TTFT {SIM_TTFT * 1000:.0f} ms, {TTFT_TPS} "

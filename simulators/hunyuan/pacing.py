@@ -41,16 +41,29 @@ def _writes(event: bytes, split_utf8: bool) -> list[bytes]:
     return [event] if cut is None else [event[:cut], event[cut:]]
 
 
+async def _until(deadline: float) -> None:
+    """Sleep until the event loop's clock reads `deadline`; at once if it is past."""
+    delay = deadline - asyncio.get_running_loop().time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
 async def events(answer: Answer, config: SimulatorConfig, *, include_usage: bool) -> AsyncGenerator[bytes, None]:
     """The stream: role chunk and first piece after the TTFT, the other pieces paced, the usage chunk if asked
-    for, then [DONE]."""
+    for, then [DONE].
+
+    Piece n leaves at (first piece + n intervals), as a model's tokens come on its own schedule: a piece that
+    left late (this process waited for a core) does not push the ones after it back. Sleeping one interval
+    per piece would add every wake-up's lateness to the rest of the stream, and on a machine shared with a
+    proxy under test, charge the simulator's own waits to the proxy."""
     await asyncio.sleep(config.ttft_seconds)
+    first_piece = asyncio.get_running_loop().time()
     drop_after = config.drop_stream_after_chunks
     for index, chunk in enumerate(answer.chunks(include_usage=include_usage)):
         if drop_after is not None and index >= drop_after:
             raise _StreamDroppedError
         if 1 < index <= answer.piece_count:
-            await asyncio.sleep(_piece_seconds(config))
+            await _until(first_piece + (index - 1) * _piece_seconds(config))
         for part, write in enumerate(_writes(_sse(chunk), config.split_utf8)):
             if part:  # let the first half reach the client on its own
                 await asyncio.sleep(config.split_pause_seconds)

@@ -7,7 +7,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,7 @@ from bench.chat.plan import (
 )
 from bench.chat.report import added_ms, at_least_times, at_most, rows, rps_target, series, streams_target, ttft_targets
 from bench.chat.servers import gateway_env
+from bench.load import taking_turns
 from bench.run_stats import RunStats
 from simulators.hunyuan import echo_reply, reasoning_reply, split_pieces, thinks
 
@@ -191,3 +192,28 @@ def test_stream_rows_report_time_to_first_byte_beside_time_to_first_answer() -> 
     assert gateway["p50 ms"] == pytest.approx(82) and gateway["TTFB p50 ms"] == pytest.approx(51)
     assert gateway["added p50 ms"] == pytest.approx(2) and gateway["added TTFB p50 ms"] == pytest.approx(1)
     assert "TTFB p50 ms" not in {key for row in rows("completions", series({1: {BARE: samples(10, 1)}})) for key in row}
+
+
+def test_systems_taking_turns_alternate_one_request_at_a_time_each_timed_on_its_own() -> None:
+    sent: list[tuple[str, int]] = []
+    in_flight = 0
+
+    def system(name: str, seconds: float) -> Callable[[int], Awaitable[int]]:
+        async def request(index: int) -> int:
+            nonlocal in_flight
+            in_flight += 1
+            assert in_flight == 1  # one request at a time, whatever the system
+            sent.append((name, index))
+            await asyncio.sleep(seconds)
+            in_flight -= 1
+            return 1
+
+        return request
+
+    fast, slow = asyncio.run(taking_turns([system("fast", 0.002), system("slow", 0.02)], total=6))
+
+    assert sent[:4] == [("fast", 0), ("slow", 0), ("slow", 1), ("fast", 1)]  # the order turns with each index
+    assert sorted(sent) == sorted((name, i) for name in ("fast", "slow") for i in range(6))
+    assert len(fast.latencies) == len(slow.latencies) == 6
+    assert fast.elapsed < 0.5 * slow.elapsed  # each run's time is its own requests', not the whole alternation
+    assert slow.requests_per_second <= 1 / 0.02
