@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -42,10 +44,17 @@ class RunningGateway(ThreadedServer):
         return self
 
 
+def scratch_dir(prefix: str) -> Path:
+    """A new temporary folder, removed when the test process ends (and with it the gateways that use it)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
     """Settings for a test gateway: free ports, the given Triton, no cache unless asked for, task, key and
     usage databases and a search folder of its own."""
-    data = Path(tempfile.mkdtemp(prefix="gateway-tasks-"))
+    data = scratch_dir("gateway-tasks-")
     defaults: dict[str, Any] = {
         "server": ServerSettings(host="127.0.0.1", http_port=free_port(), grpc_port=free_port()),
         "triton": TritonSettings(url=triton_url),

@@ -9,10 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -35,7 +33,7 @@ from simulators.pika import webhook_message
 from tests.helpers.metrics import metric
 from tests.helpers.pika_fixtures import RunningPikaSimulator
 from tests.helpers.redis_fixtures import RedisServer
-from tests.helpers.running_gateway import RunningGateway
+from tests.helpers.running_gateway import RunningGateway, scratch_dir
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +69,7 @@ def start_image_gateway(
     }
     store = {"scan_interval_seconds": 0.05, "lease_seconds": 5.0, **(tasks or {})}
     if "sqlite_path" not in store:
-        store["sqlite_path"] = str(Path(tempfile.mkdtemp(prefix="image-tasks-")) / "tasks.sqlite3")
+        store["sqlite_path"] = str(scratch_dir("image-tasks-") / "tasks.sqlite3")
     concerns: dict[str, Any] = {"limits": limits} if limits else {}
     return factory(
         NO_TRITON, server=server, video=VideoSettings(**images), tasks=TaskStoreSettings(**store), **concerns
