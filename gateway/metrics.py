@@ -102,6 +102,11 @@ REDIS_CIRCUIT_OPEN = Gauge(
     "1 while calls to a Redis client are skipped after a failure (its circuit is open or probing), else 0.",
     ["client"],
 )
+REDIS_POOL_BUSY = Counter(
+    "gateway_redis_pool_busy_total",
+    "Redis calls that failed because every pooled connection stayed in use for the call's timeout (not counted "
+    "as a Redis outage).",
+)
 BREAKER_STATE = Gauge("gateway_llm_breaker_open", "1 while a model's circuit breaker is open.", ["model"])
 HOST_BREAKER_STATE = Gauge(
     "gateway_llm_host_breaker_open", "1 while a chat upstream host's circuit breaker is open.", ["host"]

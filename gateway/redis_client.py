@@ -9,9 +9,14 @@ They also share one `RedisCircuit` through one `RedisConnection`: a Redis that d
 refused or dropped connection) is treated as down by every user at once. For `backoff_seconds` calls are skipped
 without touching the network (`RedisSkippedError`, one of `REDIS_FAILURES`); then one PING, the probe, goes in the
 background (when the window ends, whether or not calls come) while calls are still skipped; it closes the circuit
-or opens it for another window. So a frozen Redis
-costs one call's deadline to the requests already waiting on it when it froze, not a timeout to every request
-(and none per window), and the outage is logged once when it starts and once when it ends.
+or opens it for another window. So a frozen Redis costs one call's deadline to the requests already waiting on it
+when it froze, not a timeout to every request (and none per window), and the outage is logged once when it starts
+and once when it ends.
+
+A call that found no free connection in the pool within its timeout (`RedisPoolBusyError`) fails alone and says
+nothing about Redis: the calls holding the connections are bounded by their own timeouts and give the circuit its
+verdict if Redis hangs, while a healthy Redis behind a process too busy to read its answers in time must not be
+skipped by every user.
 
 The URL may hold a password: it is never put into messages or logs.
 """
@@ -40,7 +45,7 @@ T = TypeVar("T")
 
 REDIS_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
 # Failures that say Redis does not answer (as opposed to answering with an error, e.g. a script's): they open
-# the circuit. A pool with no free connection within the timeout counts: with a hung Redis that is the symptom.
+# the circuit.
 OUTAGES = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
 
 # Connections per client, shared by every Redis user of the process. Requests queue for one of these instead
@@ -52,12 +57,32 @@ class RedisSkippedError(RedisConnectionError):
     """A call not made: the circuit is open (Redis failed recently), or another call is probing it."""
 
 
-def redis_client(url: str, timeout_seconds: float, health_check_interval: int = 30) -> aioredis.Redis:
+class RedisPoolBusyError(RedisError):
+    """A call not made: every connection of the pool stayed in use for the whole timeout. Not an outage."""
+
+
+class _BoundedPool(aioredis.BlockingConnectionPool):
+    """redis-py's blocking pool, whose wait for a free connection fails with its own error rather than with the
+    `ConnectionError` of a Redis that cannot be reached."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except RedisConnectionError as exc:
+            if not isinstance(exc.__cause__, asyncio.TimeoutError) or len(self._in_use_connections) == 0:
+                raise  # connecting failed, not the wait for a turn
+            metrics.REDIS_POOL_BUSY.inc()
+            raise RedisPoolBusyError(f"all {self.max_connections} Redis connections stayed in use") from None
+
+
+def redis_client(
+    url: str, timeout_seconds: float, health_check_interval: int = 30, max_connections: int = MAX_CONNECTIONS
+) -> aioredis.Redis:
     """The client over a bounded pool; a malformed URL is reported without echoing any part of it."""
     try:
-        pool = aioredis.BlockingConnectionPool.from_url(
+        pool = _BoundedPool.from_url(
             url,
-            max_connections=MAX_CONNECTIONS,
+            max_connections=max_connections,
             timeout=timeout_seconds,
             socket_timeout=timeout_seconds,
             socket_connect_timeout=timeout_seconds,
@@ -168,9 +193,10 @@ class RedisConnection:
         timeout_seconds: float = 0.25,
         backoff_seconds: float = 1.0,
         health_check_interval: int = 30,
+        max_connections: int = MAX_CONNECTIONS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.client = redis_client(url, timeout_seconds, health_check_interval)
+        self.client = redis_client(url, timeout_seconds, health_check_interval, max_connections)
         self.circuit = RedisCircuit(name, backoff_seconds, clock=clock)
         self.timeout_seconds = timeout_seconds
         self._users = 1
@@ -208,6 +234,9 @@ class RedisConnection:
         except OUTAGES as exc:
             self.circuit.failed(exc)
             self._probe_after_the_window()
+            raise
+        except RedisPoolBusyError:
+            self.circuit.abandoned()  # no verdict on Redis: the calls holding the connections will give one
             raise
         except RedisError:
             self.circuit.succeeded()  # Redis answered, with an error of the command's own
