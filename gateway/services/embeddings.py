@@ -136,11 +136,16 @@ class EmbeddingService:
         cancel it for the concurrent requests waiting on the same texts.
         """
         keys = {text: embedding_key(info.name, info.variant, text) for text in texts}
-        tasks = {task for key in keys.values() if (task := self._in_flight.running(key)) is not None}
-        leading = [text for text in texts if self._in_flight.running(keys[text]) is None]
+        running = {text: self._in_flight.running(key) for text, key in keys.items()}
+        tasks = {task for task in running.values() if task is not None}
+        leading = [text for text, task in running.items() if task is None]
         if leading:
             tasks.add(self._in_flight.start([keys[text] for text in leading], self._call_triton(info, leading)))
-        batches = await asyncio.gather(*(self._in_flight.wait(task) for task in tasks))
+        if len(tasks) == 1:  # the common case, awaited without gather's task per call
+            (only,) = tasks
+            batches = [await self._in_flight.wait(only)]
+        else:
+            batches = await asyncio.gather(*(self._in_flight.wait(task) for task in tasks))
         return {text: batch[text] for batch in batches for text in batch if text in keys}
 
     async def _call_triton(self, info: ModelInfo, texts: list[str]) -> dict[str, CachedEmbedding]:

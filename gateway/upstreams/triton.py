@@ -131,6 +131,10 @@ class TritonClient:
 
         While Triton stays unreachable the last info read is answered (re-read at most once a second), so
         that embeddings the cache holds are still served."""
+        info = self._info
+        re_read_due = refresh or (self._info_stale and time.monotonic() >= self._info_retry_at)
+        if info is not None and not re_read_due and not self._info_lock.locked():  # nor one running
+            return info
         async with self._info_lock:
             stale = self._info_stale and time.monotonic() >= self._info_retry_at
             if self._info is None or refresh or stale:

@@ -116,6 +116,7 @@ class UsageRecorder:
             key.team,
             model,
             priced,
+            id_may_repeat=request_id is not None,
         )
         self._queue.append(entry)
         self._pending.set()

@@ -42,6 +42,9 @@ class UsageEntry:
     team: str
     model: str
     usage: Usage
+    # False for an id this process made, unique by construction: a store that writes each batch at most once
+    # (SQLite, which has no spool to replay) need not remember it to count it once.
+    id_may_repeat: bool = True
 
 
 @dataclass(frozen=True)
@@ -212,17 +215,26 @@ class SqliteUsageStore:
         return await self._run(self._add_many, list(entries))
 
     def _add_many(self, entries: list[UsageEntry]) -> list[bool]:
+        """The new records summed per row before they are written: one upsert per key x model x day of the
+        batch (and team and prefix: a row takes those of its last record), not one per request."""
         db = self._connection()
         added = []
+        sums: dict[tuple[str, str, str, str, str], list[float]] = {}
         with db:
             db.execute("BEGIN IMMEDIATE")
             for entry in entries:
-                seen = db.execute("INSERT OR IGNORE INTO usage_seen VALUES (?, ?)", (entry.request_id, entry.day))
-                added.append(seen.rowcount == 1)
-                if seen.rowcount == 1:
+                new = not entry.id_may_repeat or (
+                    db.execute("INSERT OR IGNORE INTO usage_seen VALUES (?, ?)", (entry.request_id, entry.day)).rowcount
+                    == 1
+                )
+                added.append(new)
+                if new:
+                    row = (entry.day, entry.key_id, entry.model, entry.team, entry.key_prefix)
                     counters = entry.usage.counters()
+                    before = sums.pop(row, None)  # popped and put back: the rows stay in the order of their last record
                     values = [counters[name] for name in COUNTERS]
-                    db.execute(_UPSERT, (entry.day, entry.key_id, entry.model, entry.team, entry.key_prefix, *values))
+                    sums[row] = values if before is None else [a + b for a, b in zip(before, values, strict=True)]
+            db.executemany(_UPSERT, [(*row, *values) for row, values in sums.items()])
             day = entries[-1].day
             if day != self._purged_day:  # once a day: ids older than any retry of their write go
                 oldest = (date.fromisoformat(day) - timedelta(seconds=SEEN_SECONDS)).isoformat()

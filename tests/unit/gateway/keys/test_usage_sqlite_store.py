@@ -12,9 +12,11 @@ from gateway.usage.record import Usage
 from gateway.usage.store import SqliteUsageStore, UsageEntry
 
 
-def entry(request_id: str, prompt_tokens: int = 3) -> UsageEntry:
-    usage = Usage(prompt_tokens=prompt_tokens)
-    return UsageEntry(request_id, "2026-12-05", "2026-12", "key_abcd", "sk-…abcd", "search", "bge", usage)
+def entry(request_id: str, prompt_tokens: int = 3, *, team: str = "search", given: bool = True) -> UsageEntry:
+    usage = Usage(prompt_tokens=prompt_tokens, cost=0.5)
+    return UsageEntry(
+        request_id, "2026-12-05", "2026-12", "key_abcd", "sk-…abcd", team, "bge", usage, id_may_repeat=given
+    )
 
 
 def test_a_request_id_counts_once_and_the_report_reads_the_sums(tmp_path: Path) -> None:
@@ -51,3 +53,26 @@ def test_a_write_waiting_for_the_files_lock_leaves_the_event_loop_running(tmp_pa
         return ticks, added
 
     assert asyncio.run(scenario()) == (20, [True])
+
+
+def test_a_batch_is_summed_per_row_and_a_row_takes_the_team_of_its_last_record(tmp_path: Path) -> None:
+    async def scenario() -> tuple[list[bool], list[tuple[str, float, float]], int]:
+        store = SqliteUsageStore(str(tmp_path / "usage.sqlite3"))
+        made = [entry(f"p-{n}", prompt_tokens=n, given=False) for n in range(1, 5)]  # ids this process made
+        batch = [
+            *made[:2],
+            entry("task-1", 10),
+            entry("task-1", 10),
+            *made[2:3],
+            entry("p-4", 4, team="ads", given=False),
+        ]
+        added = await store.add_many(batch)
+        rows = await store.rows(date(2026, 12, 1), date(2026, 12, 31))
+        remembered = sqlite3.connect(tmp_path / "usage.sqlite3").execute("SELECT COUNT(*) FROM usage_seen").fetchone()
+        await store.aclose()
+        return added, [(r.team, r.counters["prompt_tokens"], r.counters["cost"]) for r in rows], remembered[0]
+
+    added, rows, remembered = asyncio.run(scenario())
+    assert added == [True, True, True, False, True, True]  # a given id still counts once
+    assert rows == [("ads", 1 + 2 + 10 + 3 + 4, 0.5 * 5)]
+    assert remembered == 1  # only the given id is remembered
