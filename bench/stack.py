@@ -53,7 +53,10 @@ def gateway(log_dir: Path, env: dict[str, str], name: str = "gateway") -> Endpoi
     settings = {
         "GATEWAY_HOST": "127.0.0.1",
         "GATEWAY_LOG_LEVEL": "WARNING",
+        # Files of its own, not the checkout's `.run` ones that `make up` uses and every bench run would grow.
         "TASKS_SQLITE_PATH": str(log_dir / f"{name}-tasks.sqlite3"),
+        "GATEWAY_KEYS_SQLITE_PATH": str(log_dir / f"{name}-keys.sqlite3"),
+        "GATEWAY_USAGE_SQLITE_PATH": str(log_dir / f"{name}-usage.sqlite3"),
         "GATEWAY_USAGE_SPOOL_PATH": str(log_dir / f"{name}-usage-spool.sqlite3"),
         **env,
         "GATEWAY_HTTP_PORT": str(http),

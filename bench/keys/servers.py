@@ -37,10 +37,8 @@ def start_gateway(
         "TRITON_URL": triton_target,
         "EMBEDDING_CACHE_MB": "256",
         "GATEWAY_PRICES": json.dumps({model: {"embedding": EMBEDDING_PRICE}}),
-        "GATEWAY_KEYS_SQLITE_PATH": str(log_dir / f"{name}-keys.sqlite3"),
-        "GATEWAY_USAGE_SQLITE_PATH": str(log_dir / f"{name}-usage.sqlite3"),
     }
-    endpoint = gateway(log_dir, env, name)
+    endpoint = gateway(log_dir, env, name)  # its keys and usage files are the ones removed above
     for setting in KEY_SETTINGS:
         endpoint.server.env.pop(setting, None)
     if config.keys:

@@ -42,7 +42,7 @@ class SimulatorConfig:
     api_key: str | None = None  # the only accepted `Authorization: Bearer` key; None accepts any or none
     models: tuple[str, ...] = DEFAULT_MODELS  # other model names answer 400 model_not_found
     ttft_seconds: float = 0.0  # delay before the first chunk (streaming) or before generation (non-streaming)
-    tokens_per_second: float | None = None  # pacing of content pieces; None sends them at once
+    tokens_per_second: float | None = None  # pieces per second, each on its own deadline; None: all at once
     qps_quota: int | None = None  # requests let through per rolling 1 s window (by arrival); beyond: 429
     max_concurrency: int | None = None  # requests answered at once; beyond: 429 concurrency_limit_exceeded
     error_rate: float = 0.0  # probability of a 500 before the first byte
