@@ -69,8 +69,8 @@ class _BoundedPool(aioredis.BlockingConnectionPool):
         try:
             return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
         except RedisConnectionError as exc:
-            if not isinstance(exc.__cause__, asyncio.TimeoutError) or len(self._in_use_connections) == 0:
-                raise  # connecting failed, not the wait for a turn
+            if not isinstance(exc.__cause__, asyncio.TimeoutError):
+                raise  # connecting failed (a connect timeout is redis' TimeoutError), not the wait for a turn
             metrics.REDIS_POOL_BUSY.inc()
             raise RedisPoolBusyError(f"all {self.max_connections} Redis connections stayed in use") from None
 

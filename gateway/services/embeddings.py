@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -141,11 +140,8 @@ class EmbeddingService:
         leading = [text for text, task in running.items() if task is None]
         if leading:
             tasks.add(self._in_flight.start([keys[text] for text in leading], self._call_triton(info, leading)))
-        if len(tasks) == 1:  # the common case, awaited without gather's task per call
-            (only,) = tasks
-            batches = [await self._in_flight.wait(only)]
-        else:
-            batches = await asyncio.gather(*(self._in_flight.wait(task) for task in tasks))
+        # One after the other: the calls run in their own tasks meanwhile, and gather would add one more per call.
+        batches = [await self._in_flight.wait(task) for task in tasks]
         return {text: batch[text] for batch in batches for text in batch if text in keys}
 
     async def _call_triton(self, info: ModelInfo, texts: list[str]) -> dict[str, CachedEmbedding]:

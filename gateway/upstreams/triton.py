@@ -132,12 +132,10 @@ class TritonClient:
         While Triton stays unreachable the last info read is answered (re-read at most once a second), so
         that embeddings the cache holds are still served."""
         info = self._info
-        re_read_due = refresh or (self._info_stale and time.monotonic() >= self._info_retry_at)
-        if info is not None and not re_read_due and not self._info_lock.locked():  # nor one running
+        if info is not None and not self._re_read_due(refresh) and not self._info_lock.locked():  # nor running
             return info
         async with self._info_lock:
-            stale = self._info_stale and time.monotonic() >= self._info_retry_at
-            if self._info is None or refresh or stale:
+            if self._info is None or self._re_read_due(refresh):
                 # A re-read is quick or given up: requests wait on it, cache hits included.
                 settings = self._settings
                 timeout = settings.timeout_seconds if self._info is None else settings.ready_timeout_seconds
@@ -151,6 +149,9 @@ class TritonClient:
                 self._info = parse_model_info(config)
                 self._info_stale = False
             return self._info
+
+    def _re_read_due(self, refresh: bool) -> bool:
+        return refresh or (self._info_stale and time.monotonic() >= self._info_retry_at)
 
     async def ready(self) -> bool:
         """Whether `bge` is ready; refreshes the model info so a redeployed model's revision is seen."""
