@@ -90,6 +90,11 @@ LLM_SAVED_TOKENS = Counter(
 QUOTA_WAIT = Histogram(
     "gateway_quota_wait_seconds", "Time a call waited for an upstream quota slot.", ["limiter"], buckets=LATENCY_BUCKETS
 )
+QUOTA_WAITS = Counter(
+    "gateway_quota_waits_total",
+    "Times a call had to wait for an upstream quota slot, by the limit that held it back (rate, concurrency, tokens).",
+    ["limiter", "reason"],
+)
 QUOTA_REFUSALS = Counter(
     "gateway_quota_refusals_total", "Calls refused (429) for want of a quota slot.", ["limiter", "reason"]
 )  # reason: rate | concurrency | tokens | queue

@@ -113,6 +113,7 @@ class WaitingLimiter:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or verdict.wait_seconds > remaining:
                 raise self._refusal(verdict)  # fail now rather than sleep into a certain refusal
+            metrics.QUOTA_WAITS.labels(limiter=self.name, reason=verdict.reason).inc()
             if verdict.reason == "concurrency":
                 await self._wakeup.wait(ticket, min(max(verdict.wait_seconds, self._poll_seconds), remaining))
             else:

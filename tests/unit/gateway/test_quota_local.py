@@ -13,6 +13,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import pytest
+from prometheus_client import REGISTRY
 
 from gateway.errors import OverloadedError
 from gateway.quota import LocalQuotaLimiter, QuotaConfig, build_limiter
@@ -88,9 +89,15 @@ def test_concurrency_never_exceeds_the_limit_and_a_release_wakes_the_next_waiter
         limiter = make_limiter(requests_per_second=1000, max_concurrent=3, max_wait_seconds=5)
         return await asyncio.gather(*(call(limiter) for _ in range(12)))
 
+    def concurrency_waits() -> float:
+        labels = {"limiter": "test", "reason": "concurrency"}
+        return REGISTRY.get_sample_value("gateway_quota_waits_total", labels) or 0.0
+
+    waits_before = concurrency_waits()
     started = time.monotonic()
     waits = run(scenario())
     assert most == 3
+    assert concurrency_waits() - waits_before >= 3  # at least the head of each of the three later rounds
     assert time.monotonic() - started < 1  # four rounds of 0.05 s; without the wake-up the last would wait 5 s
     assert 0.15 <= max(waits) < 0.5
 
