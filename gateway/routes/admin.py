@@ -16,6 +16,7 @@ from gateway.protocol.keys import (
     TeamObject,
 )
 from gateway.protocol.openai import ErrorResponse
+from gateway.routes import include
 
 router = APIRouter()
 
@@ -73,4 +74,4 @@ def key_object(key: ApiKey) -> KeyObject:
 
 
 def attach_router(app: FastAPI) -> None:
-    app.include_router(router)
+    include(app, router)

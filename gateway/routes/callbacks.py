@@ -11,6 +11,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from gateway.protocol.openai import ErrorResponse
+from gateway.routes import include
 from gateway.routes.video import video
 
 router = APIRouter()
@@ -31,4 +32,4 @@ async def pika_callback(
 
 
 def attach_router(app: FastAPI) -> None:
-    app.include_router(router)
+    include(app, router)

@@ -11,6 +11,7 @@ from gateway import sse
 from gateway.disconnect import unless_disconnected
 from gateway.keys.middleware import gatekeeper, request_key
 from gateway.protocol.chat import ChatCompletionRequest
+from gateway.routes import include
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.embeddings import ERRORS
 from gateway.routes.event_stream import Opened, OpeningEventStream
@@ -71,4 +72,4 @@ def cache_headers(result: CacheResult) -> dict[str, str]:
 
 
 def attach_router(app: FastAPI) -> None:
-    app.include_router(router)
+    include(app, router)

@@ -12,6 +12,8 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagge
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from gateway.routes import include
+
 ASSETS_URL = "/docs/assets"
 ASSETS_PACKAGE = ("fastapi_offline", "static")  # swagger-ui-bundle.js, swagger-ui.css, redoc.standalone.js
 OAUTH2_REDIRECT_URL = "/docs/oauth2-redirect"  # FastAPI's default, kept so the routes stay the same
@@ -64,5 +66,5 @@ def _root_path(request: Request) -> str:
 
 def attach_router(app: FastAPI) -> None:
     """Replaces FastAPI's pages: create the app with `docs_url=None, redoc_url=None`."""
-    app.include_router(router)
+    include(app, router)
     app.mount(ASSETS_URL, StaticFiles(packages=[ASSETS_PACKAGE]), name="docs-assets")

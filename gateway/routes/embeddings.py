@@ -9,6 +9,7 @@ import orjson
 from fastapi import APIRouter, FastAPI, Request, Response
 
 from gateway.protocol.openai import EmbeddingRequest, EmbeddingResponse, ErrorResponse
+from gateway.routes import include
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.lean_route import LeanRoute
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService
@@ -63,4 +64,4 @@ def response_body(result: EmbeddingResult, encoding_format: str) -> bytes:
 
 
 def attach_router(app: FastAPI) -> None:
-    app.include_router(router)
+    include(app, router)

@@ -6,6 +6,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.routes import include
 from gateway.routes.embeddings import embeddings
 from gateway.routes.search import search_service
 from gateway.routes.video import video
@@ -45,4 +46,4 @@ async def prometheus_metrics() -> Response:
 
 
 def attach_router(app: FastAPI) -> None:
-    app.include_router(router)
+    include(app, router)

@@ -16,6 +16,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, get_type_hints
 
+import orjson
 from fastapi import HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -50,17 +51,24 @@ def parse_body(raw: bytes, content_type: str | None, model: type[M]) -> M:
         raise RequestValidationError([missing], body=None)
     if content_type and is_json(content_type):
         try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "input": {}}
-            raise RequestValidationError([{**error, "ctx": {"error": exc.msg}}], body=exc.doc) from exc
-        except Exception as exc:
-            raise HTTPException(status_code=400, detail="There was an error parsing the body") from exc
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:  # read again as FastAPI reads it: its errors, and what it accepts beyond
+            data = _stdlib_json(raw)  # RFC 8259 (NaN, numbers beyond 64 bits, lone surrogates, UTF-16)
     try:
         return model.model_validate(data, from_attributes=True)
     except ValidationError as exc:
         errors = [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]
         raise RequestValidationError(errors, body=data) from exc
+
+
+def _stdlib_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error", "input": {}}
+        raise RequestValidationError([{**error, "ctx": {"error": exc.msg}}], body=exc.doc) from exc
+    except Exception as exc:
+        raise HTTPException(status_code=400, detail="There was an error parsing the body") from exc
 
 
 @functools.lru_cache(maxsize=64)  # clients send the same few content types

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI, Request
 
 from gateway.protocol.models import Model, ModelList
+from gateway.routes import include
 from gateway.routes.embeddings import ERRORS
 from gateway.services.models import ModelsService
 
@@ -23,4 +24,4 @@ async def list_models(request: Request) -> ModelList:
 
 
 def attach_router(app: FastAPI) -> None:
-    app.include_router(router)
+    include(app, router)

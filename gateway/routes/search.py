@@ -31,6 +31,7 @@ from gateway.protocol.search import (
     UpsertResponse,
 )
 from gateway.protocol.video import TaskErrorObject
+from gateway.routes import include
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.task_events import EVENTS_RESPONSE, task_events
 from gateway.search.documents import Collection, Document
@@ -191,4 +192,4 @@ def document_object(document: Document) -> DocumentObject:
 
 
 def attach_router(app: FastAPI) -> None:
-    app.include_router(router)
+    include(app, router)

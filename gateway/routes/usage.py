@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from gateway.keys.middleware import request_key
 from gateway.protocol.openai import ErrorResponse
+from gateway.routes import include
 from gateway.usage.hooks import usage_recorder
 from gateway.usage.report import parse_group_by, parse_range, report, to_csv
 
@@ -42,4 +43,4 @@ async def get_usage(
 
 
 def attach_router(app: FastAPI) -> None:
-    app.include_router(router)
+    include(app, router)

@@ -9,6 +9,7 @@ from gateway.auth import caller_identity
 from gateway.keys.middleware import gatekeeper, request_key
 from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
+from gateway.routes import include
 from gateway.routes.task_events import EVENTS_RESPONSE, task_events
 from gateway.services.video import VideoService, public_task
 from gateway.tasks.model import Task
@@ -67,4 +68,4 @@ def task_response(task: Task, *, status_code: int = 200, headers: dict[str, str]
 
 
 def attach_router(app: FastAPI) -> None:
-    app.include_router(router)
+    include(app, router)
