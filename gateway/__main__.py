@@ -75,6 +75,10 @@ def main() -> None:
         port=settings.server.http_port,
         log_config=None,
         access_log=False,
+        # Nothing reads the client's address or scheme (webhook URLs come from GATEWAY_PUBLIC_URL), so the
+        # X-Forwarded-* headers have nothing to correct, and uvicorn's middleware for them would check every
+        # request's peer address.
+        proxy_headers=False,
         loop="uvloop",  # grpc.aio and tritonclient's aio channel run on it too
         http=with_header_deadline(settings.server.header_timeout_seconds),  # httptools, with a header deadline
         timeout_graceful_shutdown=int(settings.server.shutdown_grace_seconds),

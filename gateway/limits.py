@@ -99,11 +99,13 @@ class LimitsMiddleware:
             await _answer(permits.overloaded(), scope, receive, send)
             return
         try:
-            await self._run(scope, receive, send)
+            await self._run(scope, receive, send, counted=declared is None)
         finally:
             permits.release()
 
-    async def _run(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _run(self, scope: Scope, receive: Receive, send: Send, *, counted: bool) -> None:
+        """`counted`: the body's size is counted as it arrives (a chunked body); the HTTP server delivers no
+        more than a declared Content-Length, which was checked already."""
         received = 0
         started = False
         too_large: PayloadTooLargeError | None = None
@@ -131,7 +133,7 @@ class LimitsMiddleware:
 
         try:
             async with deadline:
-                await self.app(scope, counting_receive, tracking_send)
+                await self.app(scope, counting_receive if counted else receive, tracking_send)
         except TimeoutError:
             if not started:
                 message = f"request took longer than {self.timeout_seconds:g} s"

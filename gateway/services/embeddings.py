@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gateway import metrics
-from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache, embedding_key
+from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache
 from gateway.errors import InputTooLongError, InvalidRequestError, NotFoundError
 from gateway.protocol.unicode import has_lone_surrogate, is_blank
 from gateway.services.single_flight import SingleFlight
@@ -54,7 +54,7 @@ class EmbeddingService:
         self._embedder = embedder
         self._cache = cache
         self._limits = limits
-        self._in_flight: SingleFlight[str, dict[str, CachedEmbedding]] = SingleFlight()
+        self._in_flight: SingleFlight[tuple[str, str, str], dict[str, CachedEmbedding]] = SingleFlight()
 
     async def ready(self) -> bool:
         return await self._embedder.ready()
@@ -134,7 +134,7 @@ class EmbeddingService:
         The Triton call runs in its own task, so a client that goes away does not
         cancel it for the concurrent requests waiting on the same texts.
         """
-        keys = {text: embedding_key(info.name, info.variant, text) for text in texts}
+        keys = {text: (info.name, info.variant, text) for text in texts}
         running = {text: self._in_flight.running(key) for text, key in keys.items()}
         tasks = {task for task in running.values() if task is not None}
         leading = [text for text, task in running.items() if task is None]
