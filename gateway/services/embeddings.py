@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -13,7 +14,7 @@ from gateway import metrics
 from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache
 from gateway.errors import InputTooLongError, InvalidRequestError, NotFoundError
 from gateway.protocol.unicode import has_lone_surrogate, is_blank
-from gateway.services.single_flight import SingleFlight
+from gateway.services.single_flight import CallAbandonedError, CallerLedFlight
 from gateway.settings import LimitSettings
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
@@ -54,7 +55,7 @@ class EmbeddingService:
         self._embedder = embedder
         self._cache = cache
         self._limits = limits
-        self._in_flight: SingleFlight[tuple[str, str, str], dict[str, CachedEmbedding]] = SingleFlight()
+        self._in_flight: CallerLedFlight[tuple[str, str, str], dict[str, CachedEmbedding]] = CallerLedFlight()
 
     async def ready(self) -> bool:
         return await self._embedder.ready()
@@ -129,20 +130,22 @@ class EmbeddingService:
                 )
 
     async def _compute(self, info: ModelInfo, texts: list[str]) -> dict[str, CachedEmbedding]:
-        """Embed distinct `texts`; join calls already computing some of them instead of repeating them.
-
-        The Triton call runs in its own task, so a client that goes away does not
-        cancel it for the concurrent requests waiting on the same texts.
-        """
-        keys = {text: (info.name, info.variant, text) for text in texts}
-        running = {text: self._in_flight.running(key) for text, key in keys.items()}
-        tasks = {task for task in running.values() if task is not None}
-        leading = [text for text, task in running.items() if task is None]
-        if leading:
-            tasks.add(self._in_flight.start([keys[text] for text in leading], self._call_triton(info, leading)))
-        # One after the other: the calls run in their own tasks meanwhile, and gather would add one more per call.
-        batches = [await self._in_flight.wait(task) for task in tasks]
-        return {text: batch[text] for batch in batches for text in batch if text in keys}
+        """Embed distinct `texts`; wait for the calls of other requests already computing some of them
+        instead of repeating them (and compute those here if such a request goes away first)."""
+        computed: dict[str, CachedEmbedding] = {}
+        pending = texts
+        while pending:
+            keys = {text: (info.name, info.variant, text) for text in pending}
+            running = {text: self._in_flight.running(key) for text, key in keys.items()}
+            leading = [text for text, outcome in running.items() if outcome is None]
+            if leading:
+                computed |= await self._in_flight.lead([keys[t] for t in leading], self._call_triton(info, leading))
+            for outcome in {outcome for outcome in running.values() if outcome is not None}:
+                with suppress(CallAbandonedError):  # its texts stay pending: computed here on the next turn
+                    batch = await self._in_flight.follow(outcome)
+                    computed |= {text: batch[text] for text in batch if text in keys}
+            pending = [text for text in pending if text not in computed]
+        return computed
 
     async def _call_triton(self, info: ModelInfo, texts: list[str]) -> dict[str, CachedEmbedding]:
         result = await self._embedder.embed(texts)

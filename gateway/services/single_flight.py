@@ -1,13 +1,14 @@
 """Single flight: concurrent requests that need the same result share one call instead of repeating it.
 
-A call runs in its own task, registered under one key or several (one embedding call computes many
-texts). Waiters await it through `asyncio.shield`, so a waiter that goes away cancels only its own
-wait. With `cancel_when_abandoned` the call is cancelled once its last waiter has gone (it holds
+`SingleFlight` (chat): a call runs in its own task, registered under one key or several. Waiters await it
+through `asyncio.shield`, so a waiter that goes away cancels only its own wait. With `cancel_when_abandoned` the call is cancelled once its last waiter has gone (it holds
 something worth freeing, such as a quota slot), and a request arriving after that starts a call of
 its own; without it the call runs to the end for whoever asks for its keys meanwhile.
 
 Every call's exception is retrieved when it finishes: the waiters re-raise it, and a call that
 nobody awaited any more must not log "Task exception was never retrieved".
+
+`CallerLedFlight` (embeddings): the first caller makes the call in its own task, the others follow it.
 """
 
 from __future__ import annotations
@@ -74,3 +75,46 @@ class SingleFlight(Generic[K, T]):
         for key in self._keys.pop(task, ()):
             if self._tasks.get(key) is task:  # a newer call may have taken the key
                 del self._tasks[key]
+
+
+class CallAbandonedError(Exception):
+    """The caller making the call went away (cancelled) before it ended: those following it make it again."""
+
+
+class CallerLedFlight(Generic[K, T]):
+    """Single flight in which the first caller makes the call in its own task; callers for one of its keys that
+    come meanwhile await its outcome. `SingleFlight` gives each call a task of its own, which outlives its
+    callers; here the call costs no task, no shield and no extra turn of the loop, which is most of what an
+    embedding call of one text costs the gateway when the texts of concurrent requests differ, as they nearly
+    always do. The price is paid in the rare other case: when the first caller goes away, its call goes with
+    it, and its followers get `CallAbandonedError` and make the call themselves."""
+
+    def __init__(self) -> None:
+        self._outcomes: dict[K, asyncio.Future[T]] = {}
+
+    def running(self, key: K) -> asyncio.Future[T] | None:
+        """The outcome of the call in flight for `key`, or None."""
+        return self._outcomes.get(key)
+
+    async def lead(self, keys: list[K], call: Coroutine[Any, Any, T]) -> T:
+        """`call`'s result, made here; until it ends, the call answers every request for one of `keys`."""
+        outcome: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._outcomes[key] = outcome
+        try:
+            result = await call
+        except BaseException as exc:
+            gone = isinstance(exc, asyncio.CancelledError)
+            outcome.set_exception(CallAbandonedError("the caller making the call went away") if gone else exc)
+            outcome.exception()  # retrieved: nobody may be following
+            raise
+        finally:
+            for key in keys:
+                if self._outcomes.get(key) is outcome:
+                    del self._outcomes[key]
+        outcome.set_result(result)
+        return result
+
+    async def follow(self, outcome: asyncio.Future[T]) -> T:
+        """The outcome of a call another caller makes; a follower that goes away leaves it to the others."""
+        return await asyncio.shield(outcome)
