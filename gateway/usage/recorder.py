@@ -31,7 +31,7 @@ from gateway.usage.store import RedisUsageStore, UsageEntry, UsageStore
 
 log = logging.getLogger(__name__)
 
-BATCH_SECONDS = 0.05  # how long a record of an answer already sent waits for others to share its write
+BATCH_SECONDS = 0.25  # how long a record of an answer already sent waits for others to share its write
 BATCH_RECORDS = 500  # records per pipeline (or transaction), and per replayed batch of the spool
 REPLAY_SECONDS = 1.0  # how often the spool is tried again while it holds records
 WRITE_FAILURES = (*REDIS_FAILURES, OSError, ValueError, sqlite3.Error)
