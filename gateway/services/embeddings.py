@@ -100,7 +100,8 @@ class EmbeddingService:
             refuse_truncated(entries, info)
         hits = sum(entry is not None for entry in cached)
         truncated = sum(e.truncated for e in entries)
-        metrics.EMBEDDING_TEXTS_TRUNCATED.inc(truncated)
+        if truncated:
+            metrics.EMBEDDING_TEXTS_TRUNCATED.inc(truncated)
         return EmbeddingResult(
             vectors=np.stack([e.vector for e in entries]),
             model=info.name,

@@ -181,6 +181,8 @@ class TritonClient:
         """Embed `texts`, in chunks of the model's max batch size sent concurrently, re-joined in order."""
         info = await self.model_info()
         size = info.max_batch_size
+        if len(texts) <= size:  # one call: awaited here, not in a task of its own as gather would
+            return await self._embed_chunk(texts)
         chunks = await asyncio.gather(*(self._embed_chunk(texts[i : i + size]) for i in range(0, len(texts), size)))
         return TritonEmbeddings(
             vectors=np.concatenate([c.vectors for c in chunks]),
