@@ -1,14 +1,15 @@
 """Single flight: concurrent requests that need the same result share one call instead of repeating it.
 
-`SingleFlight` (chat): a call runs in its own task, registered under one key or several. Waiters await it
-through `asyncio.shield`, so a waiter that goes away cancels only its own wait. With `cancel_when_abandoned` the call is cancelled once its last waiter has gone (it holds
-something worth freeing, such as a quota slot), and a request arriving after that starts a call of
-its own; without it the call runs to the end for whoever asks for its keys meanwhile.
+`SingleFlight` (chat): a call runs in a task of its own, registered under one key or several. Waiters await
+it through `asyncio.shield`, so a waiter that goes away cancels only its own wait. With
+`cancel_when_abandoned` the call is cancelled once its last waiter has gone (it holds something worth
+freeing, such as a quota slot), and a request arriving after that starts a call of its own; without it
+the call runs to the end for whoever asks for its keys meanwhile.
 
 Every call's exception is retrieved when it finishes: the waiters re-raise it, and a call that
 nobody awaited any more must not log "Task exception was never retrieved".
 
-`CallerLedFlight` (embeddings): the first caller makes the call in its own task, the others follow it.
+`CallerLedFlight` (embeddings): the first caller makes the call itself, the others follow it.
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ class CallAbandonedError(Exception):
 
 
 class CallerLedFlight(Generic[K, T]):
-    """Single flight in which the first caller makes the call in its own task; callers for one of its keys that
-    come meanwhile await its outcome. `SingleFlight` gives each call a task of its own, which outlives its
+    """Single flight in which the first caller makes the call itself, in its own task; callers for one of its
+    keys that come meanwhile await its outcome. `SingleFlight` gives each call a task of its own, which outlives its
     callers; here the call costs no task, no shield and no extra turn of the loop, which is most of what an
     embedding call of one text costs the gateway when the texts of concurrent requests differ, as they nearly
     always do. The price is paid in the rare other case: when the first caller goes away, its call goes with
