@@ -21,6 +21,7 @@ from gateway.keys.model import hash_secret
 from gateway.settings import AuthSettings, HunyuanQuotaSettings, HunyuanSettings, RedisSettings, UsageSettings
 from gateway.usage.pricing import ModelPrice
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
+from tests.helpers.metrics import metric
 from tests.helpers.redis_fixtures import RedisServer
 from tests.helpers.running_gateway import RunningGateway
 
@@ -240,6 +241,10 @@ def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
             answers = await asyncio.gather(*busy, *quiet)
             return [a for group in answers[:8] for a in group], [a for group in answers[8:] for a in group]
 
+    # The metrics are the test process's (gateways run in it), so earlier tests' waits are counted before.
+    concurrency_waits = {"limiter": "hunyuan", "reason": "concurrency"}
+    with httpx.Client(timeout=30) as http:
+        waits_before = metric(http, gateway.base_url, "gateway_quota_waits_total", **concurrency_waits)
     busy, quiet = asyncio.run(load())
     assert [a.status_code for a in quiet] == [200] * 8, [a.text for a in quiet if a.status_code != 200]
     assert all(a.text.endswith("data: [DONE]\n\n") for a in quiet)  # served in full, not refused mid-way
@@ -253,6 +258,9 @@ def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
     assert stats.max_in_flight_by_user["busy"] <= 2  # busy never held more than its own limit of account slots
     assert stats.max_in_flight_by_user["quiet"] == 2  # quiet got both of its slots at once while busy flooded
     assert stats.max_in_flight <= 4 and stats.rate_limited == 0
+    # 2 of busy's and 2 of quiet's fit the account's 4 at once: no call ever waited for a slot to free.
+    with httpx.Client(timeout=30) as http:
+        assert metric(http, gateway.base_url, "gateway_quota_waits_total", **concurrency_waits) == waits_before
 
 
 def test_a_redis_outage_keeps_the_keys_in_force_and_the_admin_api_answers_503(
