@@ -18,8 +18,10 @@ PADDING_RATIO = 1.15
 # Runs side by side take a batch's chunks from one queue, in pieces of at most 1/(workers x this) of the
 # batch: when another process preempts one run, the other worker takes the remaining pieces instead of
 # waiting for it at the batch's end. More pieces balance the workers better, but each is a smaller, less
-# efficient run; 3 served the most texts/s through Triton and the gateway (1 piece per worker the fewest).
-PIECES_PER_WORKER = 3
+# efficient run. Served, where the tokenizer, Triton and the gateway share the cores, 6 beat 3 on batches
+# of 32-text requests and matched it on single texts; alone in a process, where no run is preempted, 3
+# does best (see docs/benchmarks.md).
+PIECES_PER_WORKER = 6
 
 
 @dataclass(frozen=True)
@@ -157,11 +159,12 @@ def encode_by_length(
     padding_ratio: float = PADDING_RATIO,
     executor: Executor | None = None,
     workers: int = 1,
+    pieces_per_worker: int = PIECES_PER_WORKER,
 ) -> list[np.ndarray]:
     """Every request's rows, sorted by token length and run in chunks of similar length (`chunk_sizes`),
     each call padded only to its own longest row (a dynamic batch in arrival order pads every row to the
     batch's longest). With an `executor` of `workers` threads the chunks run side by side, costliest first
-    (`balance` cuts them into `PIECES_PER_WORKER` pieces per worker). Returns one [rows_i, dim] array per
+    (`balance` cuts them into `pieces_per_worker` pieces per worker). Returns one [rows_i, dim] array per
     request, in order. Rows are right-padded."""
     ids, mask = stack_ragged(input_ids, attention_mask)
     lengths = mask.sum(axis=1)
@@ -175,7 +178,7 @@ def encode_by_length(
 
     if executor is not None and workers > 1:
         chunks = sorted(
-            balance(chunks, lengths, workers * PIECES_PER_WORKER), key=lambda rows: -padded_area(rows, lengths)
+            balance(chunks, lengths, workers * pieces_per_worker), key=lambda rows: -padded_area(rows, lengths)
         )
         parts = list(executor.map(call, chunks))
     else:

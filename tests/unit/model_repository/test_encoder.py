@@ -146,18 +146,20 @@ def test_encode_by_length_runs_chunks_side_by_side_with_the_same_result() -> Non
     assert [p[:, 0].tolist() for p in parallel] == [m.sum(axis=1).tolist() for m in masks]
 
 
-def test_encode_by_length_gives_each_worker_several_pieces() -> None:
-    """Twelve rows of one length are one chunk; two workers get it in pieces of at most 1/6 of it each,
-    taken from one queue, so a preempted run does not hold up the whole batch."""
-    mask = np.ones((12, 20), dtype=np.int64)
+@pytest.mark.parametrize("pieces_per_worker", [encoder.PIECES_PER_WORKER, 3])
+def test_encode_by_length_gives_each_worker_several_pieces(pieces_per_worker: int) -> None:
+    """24 rows of one length are one chunk; two workers get it in pieces of at most 1/(2 x pieces_per_worker)
+    of it each, taken from one queue, so a preempted run does not hold up the whole batch."""
+    rows = 24
+    mask = np.ones((rows, 20), dtype=np.int64)
     sizes: list[int] = []
 
     def run(batch_ids: np.ndarray, batch_mask: np.ndarray) -> np.ndarray:
         sizes.append(batch_ids.shape[0])
         return batch_ids[:, :1].astype(np.float32)
 
-    ids = np.arange(12 * 20, dtype=np.int64).reshape(12, 20)
+    ids = np.arange(rows * 20, dtype=np.int64).reshape(rows, 20)
     with ThreadPoolExecutor(2) as executor:
-        (parallel,) = encoder.encode_by_length(run, [ids], [mask], 1.15, executor, 2)
-    assert len(sizes) >= 2 * encoder.PIECES_PER_WORKER and max(sizes) <= 12 // (2 * encoder.PIECES_PER_WORKER)
-    assert sum(sizes) == 12 and parallel[:, 0].tolist() == ids[:, 0].tolist()
+        (parallel,) = encoder.encode_by_length(run, [ids], [mask], 1.15, executor, 2, pieces_per_worker)
+    assert len(sizes) >= 2 * pieces_per_worker and max(sizes) <= rows // (2 * pieces_per_worker)
+    assert sum(sizes) == rows and parallel[:, 0].tolist() == ids[:, 0].tolist()
