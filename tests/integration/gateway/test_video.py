@@ -121,6 +121,8 @@ def test_submit_answers_202_before_the_upstream_is_called_and_the_webhook_comple
     image_gateway: RunningGateway, pika_simulator: RunningPikaSimulator, http: httpx.Client
 ) -> None:
     pika_simulator.config.submit_delay_seconds = 1.0  # a slow upstream must not slow the answer
+    # The gateways run in the test process and share its metrics: counted from here, not from earlier tests.
+    applied = metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="applied")
     started = time.monotonic()
     answer = submit(http, image_gateway, {"prompt": "a red fox in snow", "width": 1280, "height": 720, "seed": 7})
     elapsed = time.monotonic() - started
@@ -136,7 +138,7 @@ def test_submit_answers_202_before_the_upstream_is_called_and_the_webhook_comple
     assert sent == {"prompt": "a red fox in snow", "aspect_ratio": "16:9", "resolution": "720p", "seed": 7}
     assert pika_simulator.stats.last_headers["authorization"] == f"Key {KEY}"
     assert pika_simulator.stats.status_polls == 0  # the webhook came: no polling
-    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="applied") >= 1
+    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="applied") == applied + 1
 
 
 def test_every_callback_lost_the_task_completes_by_polling(
@@ -189,6 +191,7 @@ def test_duplicate_and_out_of_order_callbacks_leave_the_right_final_state(
 ) -> None:
     pika_simulator.config.duplicate_callbacks = True
     pika_simulator.config.out_of_order = True
+    duplicates = metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="duplicate")
     task_id = submit(http, image_gateway).json()["id"]
     done = wait_until_done(http, image_gateway, task_id)
     assert done["status"] == "completed"
@@ -204,7 +207,7 @@ def test_duplicate_and_out_of_order_callbacks_leave_the_right_final_state(
     late = http.post(webhook_url(pika_simulator, request_id), content=raw, headers=headers)
     assert late.status_code == 200 and late.json()["status"] == "completed"
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json() == done
-    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="duplicate") >= 3
+    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="duplicate") >= duplicates + 3
 
 
 def _request_id(simulator: RunningPikaSimulator) -> str:
