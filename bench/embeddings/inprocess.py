@@ -4,8 +4,8 @@ whose fastest is the ceiling, and the tokenizer stage alone.
 Each is timed on the calling thread with nothing else in flight. The INT8 graph Triton serves runs in two
 configurations, each over the same texts sorted once by token length and cut into batches of 16, 32 or 64
 rows: one call per batch with every core on one session (`ort_one_call`), and `bge_onnx`'s own way, its
-`encoder` module run as Triton runs it (`ort_side_by_side`): one single-threaded run per core, side by side,
-over the batch's chunks of similar length. The fastest of them is the most these cores give.
+`encoder` module (`ort_side_by_side`): one single-threaded run per core, side by side, over the batch's chunks of
+similar length, in the pieces that suit a process alone. The fastest of them is the most these cores give.
 """
 
 from __future__ import annotations
