@@ -8,13 +8,15 @@ together, up to `max_texts` per call. Under load the batches grow by themselves,
 
 One call more may go while every slot is busy (an overlapping call): it is tokenized and queued in
 Triton while the call before it runs, so the encoder starts on it without waiting for a round trip
-through the gateway. It goes when what is left of the running call is one text's encoding
-(`overlap_from`), in the encoder's time per text (`EncoderPace`, an EWMA of the calls' service
-times): as late as that, every text that arrives meanwhile joins it, so calls stay as large as the load
-allows; no later, since a call's hop and tokenization take less than one text's encoding on a CPU
-encoder. A fixed count of waiting texts instead suited one machine and one load: an overlapping call
-of too few texts costs more per text than a merged one, and one that waits for too many never goes at
-low concurrency, leaving the round trip unhidden.
+through the gateway. It goes (`overlap_from`) as soon as as many texts wait as the running call
+carries: calls then take turns at an even size, and the new one has the running call's whole encoding
+to cover its trip and tokenization. With fewer waiting, it goes when what is left of the running call
+is one text's encoding, in the encoder's time per text (`EncoderPace`, an EWMA of the calls' service
+times), so that texts still arriving join it. That estimate alone sent it too late under load: it
+spreads each call's trip over the call's texts, so it overstates what is left of the running call
+(the more, the smaller the calls), and calls settled into a large and a small one taking turns while
+the encoder waited for each. A fixed count of waiting texts instead suited one machine and one load:
+it never goes at low concurrency, leaving the round trip unhidden.
 """
 
 from __future__ import annotations
@@ -63,11 +65,13 @@ class EncoderPace:
 
 def overlap_from(waiting_texts: int, running_texts: int, served_since: float, seconds_per_text: float | None) -> float:
     """When waiting texts may go in a call beside the running one, whose encoding began at `served_since`:
-    once what is left of it is one text's encoding. Sent earlier, the call would be smaller than it need be
-    (texts still arriving would miss it); later, the encoder would wait for it. Before any call has been
-    timed (or with nothing waiting): never."""
+    at once when they are as many as it carries (waiting longer would only make the next call larger than
+    this one, while the encoder may run out of work); else once what is left of it is one text's encoding,
+    so that texts still arriving join them. Before any call has been timed (or with nothing waiting): never."""
     if seconds_per_text is None or waiting_texts < 1:
         return math.inf
+    if waiting_texts >= running_texts:
+        return served_since
     return served_since + (running_texts - 1) * seconds_per_text
 
 

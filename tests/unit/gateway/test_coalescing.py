@@ -70,15 +70,18 @@ def test_the_encoder_pace_is_an_ewma_of_service_times() -> None:
         EncoderPace(weight=0)
 
 
-def test_waiting_texts_overlap_when_one_text_of_the_running_call_is_left() -> None:
+def test_waiting_texts_overlap_at_once_when_as_many_as_running_else_when_one_text_is_left() -> None:
     assert overlap_from(3, running_texts=8, served_since=10.0, seconds_per_text=None) == math.inf  # not timed yet
     assert overlap_from(0, running_texts=8, served_since=10.0, seconds_per_text=0.1) == math.inf
-    # 8 texts whose encoding began at 10.0 end at 10.8: whatever waits goes at 10.7, however much it is
+    assert overlap_from(30, running_texts=8, served_since=10.0, seconds_per_text=None) == math.inf
+    # 8 texts whose encoding began at 10.0 end at 10.8: fewer than 8 waiting go at 10.7, when one text is left
     assert overlap_from(3, running_texts=8, served_since=10.0, seconds_per_text=0.1) == pytest.approx(10.7)
-    assert overlap_from(30, running_texts=8, served_since=10.0, seconds_per_text=0.1) == pytest.approx(10.7)
+    assert overlap_from(7, running_texts=8, served_since=10.0, seconds_per_text=0.1) == pytest.approx(10.7)
     # a slower encoder (or a bigger model) lets the texts gather for longer
     assert overlap_from(3, running_texts=8, served_since=10.0, seconds_per_text=0.2) == pytest.approx(11.4)
-    # beside a call of one text, at once
+    # as many as the running call carries, or more: at once, whatever the pace says
+    assert overlap_from(8, running_texts=8, served_since=10.0, seconds_per_text=0.1) == pytest.approx(10.0)
+    assert overlap_from(30, running_texts=8, served_since=10.0, seconds_per_text=0.2) == pytest.approx(10.0)
     assert overlap_from(1, running_texts=1, served_since=10.0, seconds_per_text=0.1) == pytest.approx(10.0)
 
 
@@ -105,6 +108,24 @@ def test_one_call_more_goes_when_the_waiting_texts_are_worth_it() -> None:
         assert len(inner.calls) == 3  # never more than one call beyond max_in_flight
         await asyncio.gather(running, waiting, *later)
         assert inner.calls[3] == ["a", "b", "c", "d"]
+
+    asyncio.run(scenario())
+
+
+def test_one_call_more_goes_at_once_when_as_many_texts_wait_as_the_running_call_carries() -> None:
+    async def scenario() -> None:
+        inner = SlowEmbedder(seconds=0.4)
+        embedder = CoalescingEmbedder(inner, max_in_flight=1)
+        await embedder.embed(["t1", "t2", "t3", "t4"])  # timed: 0.1 s per text
+        running = asyncio.create_task(embedder.embed(["r1", "r2"]))  # ends 0.4 s from now
+        await asyncio.sleep(0)
+        first = asyncio.create_task(embedder.embed(["w1"]))
+        await asyncio.sleep(0.01)
+        assert len(inner.calls) == 2  # one text waits beside a call of two: not yet (one text is left at 0.1 s)
+        second = asyncio.create_task(embedder.embed(["w2"]))
+        await asyncio.sleep(0.01)
+        assert inner.calls[2] == ["w1", "w2"] and not running.done()  # two wait: they go together, at once
+        await asyncio.gather(running, first, second)
 
     asyncio.run(scenario())
 
