@@ -114,14 +114,14 @@ def test_one_call_more_goes_when_the_waiting_texts_are_worth_it() -> None:
 
 def test_one_call_more_goes_at_once_when_as_many_texts_wait_as_the_running_call_carries() -> None:
     async def scenario() -> None:
-        inner = SlowEmbedder(seconds=0.4)
+        inner = SlowEmbedder(seconds=0.8)
         embedder = CoalescingEmbedder(inner, max_in_flight=1)
-        await embedder.embed(["t1", "t2", "t3", "t4"])  # timed: 0.1 s per text
-        running = asyncio.create_task(embedder.embed(["r1", "r2"]))  # ends 0.4 s from now
+        await embedder.embed(["t1", "t2", "t3", "t4"])  # timed: 0.2 s per text
+        running = asyncio.create_task(embedder.embed(["r1", "r2"]))  # ends 0.8 s from now
         await asyncio.sleep(0)
         first = asyncio.create_task(embedder.embed(["w1"]))
         await asyncio.sleep(0.01)
-        assert len(inner.calls) == 2  # one text waits beside a call of two: not yet (one text is left at 0.1 s)
+        assert len(inner.calls) == 2  # one text waits beside a call of two: not yet (one text is left at 0.2 s)
         second = asyncio.create_task(embedder.embed(["w2"]))
         await asyncio.sleep(0.01)
         assert inner.calls[2] == ["w1", "w2"] and not running.done()  # two wait: they go together, at once
