@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Callable
 
@@ -10,9 +11,10 @@ import numpy as np
 import pytest
 
 from localtriton.server import TritonProcess
+from tests.helpers.metrics import metric
 from tests.helpers.running_gateway import RunningGateway
 from tests.helpers.sentences import mixed_texts
-from tests.helpers.triton_embeddings import triton_direct
+from tests.helpers.triton_embeddings import cosines, triton_direct
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +48,45 @@ def test_embeddings_equal_tritons_own_output_in_order(
     assert cosines.min() >= 0.9999
     assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens, "truncated_texts": 0}
     assert body["model"] == "sentence-transformers/all-MiniLM-L6-v2" and body["object"] == "list"
+
+
+def test_concurrent_single_texts_are_merged_and_each_gets_its_own_vector(
+    fp32_gateway: RunningGateway, triton_fp32: TritonProcess, http: httpx.Client
+) -> None:
+    """32 clients, one text each, against the real Triton: the coalescer merges them into fewer calls (the
+    overlapping ones included), and every caller gets the vector of its own text; bad ones fail alone."""
+    texts = mixed_texts(160, tag="merged")
+    bad = {40: {"input": ""}, 90: {"input": "word " * 2000, "truncate": False}}
+    url = f"{fp32_gateway.base_url}/v1/embeddings"
+    merged = "gateway_embedding_coalesced_requests"
+    calls_before, requests_before = (
+        metric(http, fp32_gateway.base_url, f"{merged}_count"),
+        metric(http, fp32_gateway.base_url, f"{merged}_sum"),
+    )
+
+    async def load() -> list[httpx.Response]:
+        limit = asyncio.Semaphore(32)
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32)) as client:
+
+            async def one(index: int) -> httpx.Response:
+                async with limit:
+                    return await client.post(url, json=bad.get(index, {"input": texts[index]}))
+
+            return list(await asyncio.gather(*(one(i) for i in range(len(texts)))))
+
+    answers = asyncio.run(load())
+    assert [answers[i].status_code for i in bad] == [400, 400]
+    assert all("error" in answers[i].json() for i in bad)
+    good = [i for i in range(len(texts)) if i not in bad]
+    assert all(answers[i].status_code == 200 for i in good), [
+        answers[i].text for i in good if answers[i].status_code != 200
+    ]
+    served = np.concatenate([vectors_of(answers[i].json()) for i in good])
+    expected, _ = triton_direct(triton_fp32, [texts[i] for i in good])
+    assert cosines(served, expected).min() >= 0.9999
+    calls = metric(http, fp32_gateway.base_url, f"{merged}_count") - calls_before
+    requests = metric(http, fp32_gateway.base_url, f"{merged}_sum") - requests_before
+    assert calls >= 1 and requests > calls  # some calls carried several clients' texts
 
 
 def test_single_string_input_and_base64_encoding(fp32_gateway: RunningGateway, http: httpx.Client) -> None:
