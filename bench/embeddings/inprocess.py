@@ -11,7 +11,6 @@ similar length, in the pieces that suit a process alone. The fastest of them is 
 from __future__ import annotations
 
 import math
-import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -37,20 +36,15 @@ class InProcess:
     """The in-process systems, each timed on the calling thread with nothing else in flight."""
 
     def __init__(self, repository: Path, checkpoint_path: Path) -> None:
-        import onnxruntime as ort
         from sentence_transformers import SentenceTransformer
         from tokenizers import Tokenizer
 
-        cores = len(os.sched_getaffinity(0))
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = cores  # every core to one call
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         model = repository / "bge_onnx" / "1" / "model_int8.onnx"
-        self._session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-        # bge_onnx's session as its default config plans it: single-threaded, one run per core side by side.
         self._encoder = model_module(repository, "bge_onnx", "encoder")
+        # bge_onnx's own session options either way: one call on every core (spinning, onnxruntime's default,
+        # as this configuration always ran), and its default plan, single-threaded runs side by side, one per core.
+        one_call = self._encoder.plan_session("CPU", 0, {"parallel_runs": "1", "allow_spinning": "true"}, "", 1)
+        self._session = self._encoder.create_session(str(model), one_call)
         plan = self._encoder.plan_session("CPU", 0, {}, "", 1)
         self._single = self._encoder.create_session(str(model), plan)
         self._workers: int = plan.parallel_runs

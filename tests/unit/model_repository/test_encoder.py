@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -63,6 +64,45 @@ def test_cpu_default_runs_one_single_threaded_run_per_core_this_process_may_use(
     one_at_a_time = encoder.plan_session("CPU", 0, {"parallel_runs": "1"}, "")
     assert (one_at_a_time.parallel_runs, one_at_a_time.intra_op_threads) == (1, cores)
     assert encoder.plan_session("GPU", 0, {}, "").parallel_runs == 1  # one CUDA stream: runs in turn
+
+
+def test_cpu_sessions_load_without_the_fused_skip_layer_norm_and_gpu_sessions_keep_every_fusion() -> None:
+    for precision in ("int8", "fp32"):
+        plan = encoder.plan_session("CPU", 0, {"cpu_precision": precision}, "")
+        assert plan.disabled_optimizers == ("SkipLayerNormFusion",)
+    assert encoder.plan_session("GPU", 0, {}, "/tmp/trt").disabled_optimizers == ()
+
+
+@pytest.mark.parametrize("disabled", [(), encoder.CPU_DISABLED_OPTIMIZERS])
+def test_the_disabled_optimizers_name_the_fusion_that_makes_skip_layer_norm(tmp_path: Path, disabled: tuple) -> None:
+    """onnxruntime ignores a name it does not know: the name must still be the transformer's that fuses a
+    residual Add and a LayerNormalization, or the CPU sessions would quietly fuse it again."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = [1, 4, 8]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "skip"], ["sum"]),
+            helper.make_node("LayerNormalization", ["sum", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-12),
+        ],
+        "residual",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name in ("x", "skip")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+        [
+            numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+            numpy_helper.from_array(np.zeros(8, np.float32), "beta"),
+        ],
+    )
+    model = helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)])
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled)
+    )
+    operators = [node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node]
+    assert operators == (["Add", "LayerNormalization"] if disabled else ["SkipLayerNormalization"])
 
 
 def test_gpu_instances_run_fp16_on_cuda_or_tensorrt() -> None:
