@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
+import onnx
+from onnx import numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.onnx_model import OnnxModel
 from onnxruntime.transformers.optimizer import optimize_model
@@ -12,6 +15,14 @@ from onnxruntime.transformers.optimizer import optimize_model
 from export.checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
+
+# What the INT8 graph's attention mask adds to a padded key's score. The exported mask adds float32's lowest
+# value, and the exp of a logit below about -87 underflows, which ONNX Runtime's CPU Softmax computes on a slow
+# path (over ten times the cost of a normal element). At -60 a padded key of a moderate score weighs less than
+# 1e-26 of its row's largest, below float32's resolution, and its logit stays on the fast path while the row's
+# scores spread less than 27. Batches padded as bge_onnx pads them give the same vectors to the bit; where most
+# of a batch is padding, the padded rows move the activations' quantisation range a little (docs/benchmarks.md).
+MASK_FLOOR = -60.0
 
 
 def optimize_graph(src: Path, checkpoint: Checkpoint, *, use_gpu: bool) -> OnnxModel:
@@ -48,7 +59,8 @@ def quantize_int8(src: Path, out: Path) -> Path:
     it close while still running much faster than FP32 on the CPU. Fusing the
     graph first was slower: the fused Attention op keeps its QKV projection in
     FP32, and quantising it as QAttention still lost to plain MatMulInteger
-    kernels. The parity check holds each export to its tolerance.
+    kernels. The attention mask's floor is raised to `MASK_FLOOR`. The parity
+    check holds each export to its tolerance.
     """
     quantize_dynamic(
         str(src),
@@ -58,4 +70,26 @@ def quantize_int8(src: Path, out: Path) -> Path:
         op_types_to_quantize=["MatMul"],
         extra_options={"MatMulConstBOnly": True},
     )
+    model = onnx.load(str(out))
+    log.info("INT8 attention mask: %d constant(s) raised to %g", raise_mask_floor(model, MASK_FLOOR), MASK_FLOOR)
+    onnx.save(model, str(out))
     return out
+
+
+def raise_mask_floor(model: onnx.ModelProto, floor: float) -> int:
+    """Set every scalar float32 constant at float32's lowest value (what the exported attention mask adds to a
+    padded key's score) to `floor`, in Constant nodes and initializers; returns how many changed."""
+    lowest = np.finfo(np.float32).min
+    tensors = [*model.graph.initializer]
+    tensors += [
+        a.t for node in model.graph.node if node.op_type == "Constant" for a in node.attribute if a.name == "value"
+    ]
+    changed = 0
+    for tensor in tensors:
+        if tensor.data_type != onnx.TensorProto.FLOAT or int(np.prod(tensor.dims)) != 1:
+            continue
+        value = numpy_helper.to_array(tensor)
+        if value.item() == lowest:
+            tensor.CopyFrom(numpy_helper.from_array(np.full_like(value, floor), tensor.name))
+            changed += 1
+    return changed

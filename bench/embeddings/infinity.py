@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import warnings
@@ -84,13 +85,17 @@ def peer_checkpoint(checkpoint: Checkpoint, directory: Path) -> Path:
     infinity 0.0.78 reads a local graph only from the model folder's top level, named relative to
     the folder, so the server is started inside it with `--model-id .`.
     """
+    import export.precision
+    from export.precision import quantize_int8
+
+    # Built again when the checkpoint or our quantising code changes, so that the peer's graph stays as ours.
+    recipe = hashlib.sha256(Path(export.precision.__file__).read_bytes()).hexdigest()[:16]
     marker = directory / ".complete"
-    if marker.is_file() and marker.read_text() == checkpoint.revision:
+    if marker.is_file() and marker.read_text() == f"{checkpoint.revision} {recipe}":
         return directory
     import torch
 
     from export.graph import load_encoder
-    from export.precision import quantize_int8
 
     if directory.exists():
         shutil.rmtree(directory)
@@ -127,5 +132,5 @@ def peer_checkpoint(checkpoint: Checkpoint, directory: Path) -> Path:
         )
     quantize_int8(fp32, directory / "model_quantized.onnx")
     fp32.unlink()
-    marker.write_text(checkpoint.revision)
+    marker.write_text(f"{checkpoint.revision} {recipe}")
     return directory

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -84,6 +85,49 @@ def test_real_minilm_checkpoint_exports_within_tolerance(minilm_repository: Path
     assert (report["model"], report["revision"], report["pooling"]) == (minilm.name, minilm.revision, "mean")
     assert report["max_sequence_length"] == 512 and report["dimension"] == 384
     assert_parity_holds(report)
+
+
+def test_int8_mask_floor_keeps_the_vectors_of_batches_padded_as_bge_onnx_pads_them(
+    minilm_repository: Path, tmp_path: Path
+) -> None:
+    """The INT8 graph adds MASK_FLOOR, not float32's lowest, to a padded key's score. Run as `bge_onnx` runs it
+    (each batch sorted by length, in chunks of similar length), its vectors are those of the same graph with
+    the exporter's own mask."""
+    import numpy as np
+    from onnx import numpy_helper
+    from tokenizers import Tokenizer
+
+    from export.precision import MASK_FLOOR, raise_mask_floor
+    from tests.helpers.model_modules import load_model_module
+    from tests.helpers.sentences import CHINESE, ENGLISH, mixed_texts
+
+    served = minilm_repository / "bge_onnx" / "1" / "model_int8.onnx"
+    graph = onnx.load(str(served))
+    assert raise_mask_floor(graph, MASK_FLOOR) == 0  # no float32-lowest mask left in the served graph
+    constants = [a.t for n in graph.graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
+    (floor,) = [
+        t
+        for t in constants
+        if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 0 and numpy_helper.to_array(t).item() == MASK_FLOOR
+    ]
+    floor.CopyFrom(numpy_helper.from_array(np.array(np.finfo(np.float32).min, dtype=np.float32), floor.name))
+    exporters = tmp_path / "exporters_mask.onnx"
+    onnx.save(graph, str(exporters))
+
+    encoder = load_model_module("bge_onnx", "encoder")
+    plan = encoder.plan_session("CPU", 0, {"parallel_runs": "1", "intra_op_threads": "1"}, "")
+    tokenizer = Tokenizer.from_file(str(minilm_repository / "bge_tokenizer" / "1" / "tokenizer.json"))
+    encodings = tokenizer.encode_batch([*ENGLISH, *CHINESE, *mixed_texts(26, "mask")])
+    ids = [np.array([e.ids], dtype=np.int64) for e in encodings]
+    vectors = []
+    for path in (served, exporters):
+        session = encoder.create_session(str(path), plan)
+
+        def run(input_ids: np.ndarray, mask: np.ndarray, session: Any = session) -> np.ndarray:
+            return np.asarray(session.run(None, {"INPUT_IDS": input_ids, "ATTENTION_MASK": mask})[0])
+
+        vectors.append(np.concatenate(encoder.encode_by_length(run, ids, [np.ones_like(i) for i in ids])))
+    np.testing.assert_allclose(vectors[0], vectors[1], rtol=0, atol=1e-6)
 
 
 def test_corrupt_weights_fail_clearly_and_keep_the_served_model(
