@@ -24,7 +24,7 @@ PADDING_RATIO = 1.15
 PIECES_PER_WORKER = 6
 # onnxruntime's session fusions skipped on the CPU provider. Its fused SkipLayerNormalization kernel runs
 # slower on the CPU than the Add and LayerNormalization it replaces: without it the INT8 graph costs about a
-# sixth less CPU per text, with the same output (docs/benchmarks.md).
+# sixth less CPU per text, its vectors as close to the FP32 graph's (docs/benchmarks.md).
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 
