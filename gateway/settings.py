@@ -88,10 +88,10 @@ class TritonSettings(BaseSettings):
         "into the next call (up to the model's max batch size), and one call more goes as soon as as many texts "
         "wait as the running call carries, or when what is left of it is one text's encoding (timed from the "
         "calls the encoder served), so that the encoder need not wait for a round trip: fewer, larger calls "
-        "under load, no added delay "
-        "when quiet. Higher: more parallel calls, smaller batches; worth it where Triton has its own cores or GPU "
-        "and the network round trip is to be hidden (the Helm chart sets 4). With Triton on the gateway's cores, "
-        "1 is best: the encoder gets the largest batches and no call competes with it for the cores.",
+        "under load, no added delay when quiet. Higher: more parallel calls, smaller batches; worth it where "
+        "Triton has its own cores or GPU and the network round trip is to be hidden (the Helm chart sets 4). With "
+        "Triton on the gateway's cores, 1 is best: the encoder gets the largest batches and no call competes with "
+        "it for the cores.",
     )
 
 

@@ -208,7 +208,7 @@ def test_grpc_checks_the_same_keys_and_scopes(start: Callable[..., RunningGatewa
 
 
 def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
-    start: Callable[..., RunningGateway], hunyuan_simulator: RunningHunyuanSimulator, tmp_path: Path
+    start: Callable[..., RunningGateway], hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client, tmp_path: Path
 ) -> None:
     """Team busy (2 concurrent streams) floods with 8 callers; team quiet (no limit of its own) sends 2 at a time.
     The account allows 4 calls at once: busy's extra streams are refused by busy's own limit before they queue for
@@ -243,8 +243,7 @@ def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
 
     # The metrics are the test process's (gateways run in it), so earlier tests' waits are counted before.
     concurrency_waits = {"limiter": "hunyuan", "reason": "concurrency"}
-    with httpx.Client(timeout=30) as http:
-        waits_before = metric(http, gateway.base_url, "gateway_quota_waits_total", **concurrency_waits)
+    waits_before = metric(http, gateway.base_url, "gateway_quota_waits_total", **concurrency_waits)
     busy, quiet = asyncio.run(load())
     assert [a.status_code for a in quiet] == [200] * 8, [a.text for a in quiet if a.status_code != 200]
     assert all(a.text.endswith("data: [DONE]\n\n") for a in quiet)  # served in full, not refused mid-way
@@ -259,8 +258,7 @@ def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
     assert stats.max_in_flight_by_user["quiet"] == 2  # quiet got both of its slots at once while busy flooded
     assert stats.max_in_flight <= 4 and stats.rate_limited == 0
     # 2 of busy's and 2 of quiet's fit the account's 4 at once: no call ever waited for a slot to free.
-    with httpx.Client(timeout=30) as http:
-        assert metric(http, gateway.base_url, "gateway_quota_waits_total", **concurrency_waits) == waits_before
+    assert metric(http, gateway.base_url, "gateway_quota_waits_total", **concurrency_waits) == waits_before
 
 
 def test_a_redis_outage_keeps_the_keys_in_force_and_the_admin_api_answers_503(
