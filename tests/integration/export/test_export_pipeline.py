@@ -10,15 +10,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
+from tokenizers import Tokenizer
 
 from export.checkpoint import Checkpoint
 from export.config import Precision, Tolerance
 from export.errors import CheckpointError, ToleranceError
 from export.pipeline import main_export
+from export.precision import MASK_FLOOR, raise_mask_floor
 from export.repository import parse
 from tests.helpers.checkout import ROOT, copy_tracked_repository
+from tests.helpers.model_modules import load_model_module
+from tests.helpers.sentences import CHINESE, ENGLISH, mixed_texts
 
 pytestmark = pytest.mark.slow
 
@@ -93,14 +99,6 @@ def test_int8_mask_floor_keeps_the_vectors_of_batches_padded_as_bge_onnx_pads_th
     """The INT8 graph adds MASK_FLOOR, not float32's lowest, to a padded key's score. Run as `bge_onnx` runs it
     (each batch sorted by length, in chunks of similar length), its vectors are those of the same graph with
     the exporter's own mask."""
-    import numpy as np
-    from onnx import numpy_helper
-    from tokenizers import Tokenizer
-
-    from export.precision import MASK_FLOOR, raise_mask_floor
-    from tests.helpers.model_modules import load_model_module
-    from tests.helpers.sentences import CHINESE, ENGLISH, mixed_texts
-
     served = minilm_repository / "bge_onnx" / "1" / "model_int8.onnx"
     graph = onnx.load(str(served))
     assert raise_mask_floor(graph, MASK_FLOOR) == 0  # no float32-lowest mask left in the served graph

@@ -6,7 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from tests.helpers.model_modules import load_model_module
 
@@ -74,13 +77,11 @@ def test_cpu_sessions_load_without_the_fused_skip_layer_norm_and_gpu_sessions_ke
 
 
 @pytest.mark.parametrize("disabled", [(), encoder.CPU_DISABLED_OPTIMIZERS])
-def test_the_disabled_optimizers_name_the_fusion_that_makes_skip_layer_norm(tmp_path: Path, disabled: tuple) -> None:
+def test_the_disabled_optimizers_name_the_fusion_that_makes_skip_layer_norm(
+    tmp_path: Path, disabled: tuple[str, ...]
+) -> None:
     """onnxruntime ignores a name it does not know: the name must still be the transformer's that fuses a
     residual Add and a LayerNormalization, or the CPU sessions would quietly fuse it again."""
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
-
     shape = [1, 4, 8]
     graph = helper.make_graph(
         [
