@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 # scores spread less than 27. Batches padded as bge_onnx pads them give the same vectors to the bit; where most
 # of a batch is padding, the padded rows move the activations' quantisation range a little (docs/benchmarks.md).
 MASK_FLOOR = -60.0
+LOWEST = float(np.finfo(np.float32).min)  # what the exporter's mask adds
 
 
 def optimize_graph(src: Path, checkpoint: Checkpoint, *, use_gpu: bool) -> OnnxModel:
@@ -71,15 +72,15 @@ def quantize_int8(src: Path, out: Path) -> Path:
         extra_options={"MatMulConstBOnly": True},
     )
     model = onnx.load(str(out))
-    log.info("INT8 attention mask: %d constant(s) raised to %g", raise_mask_floor(model, MASK_FLOOR), MASK_FLOOR)
+    raised = replace_scalar_constants(model, LOWEST, MASK_FLOOR)
+    log.info("INT8 attention mask: %d constant(s) raised to %g", raised, MASK_FLOOR)
     onnx.save(model, str(out))
     return out
 
 
-def raise_mask_floor(model: onnx.ModelProto, floor: float) -> int:
-    """Set every scalar float32 constant at float32's lowest value (what the exported attention mask adds to a
-    padded key's score) to `floor`, in Constant nodes and initializers; returns how many changed."""
-    lowest = np.finfo(np.float32).min
+def replace_scalar_constants(model: onnx.ModelProto, old: float, new: float) -> int:
+    """Set every scalar float32 constant equal to `old` to `new`, in Constant nodes and initializers (the exported
+    attention mask adds such a constant, `LOWEST`, to a padded key's score); returns how many changed."""
     tensors = [*model.graph.initializer]
     tensors += [
         a.t for node in model.graph.node if node.op_type == "Constant" for a in node.attribute if a.name == "value"
@@ -89,7 +90,7 @@ def raise_mask_floor(model: onnx.ModelProto, floor: float) -> int:
         if tensor.data_type != onnx.TensorProto.FLOAT or int(np.prod(tensor.dims)) != 1:
             continue
         value = numpy_helper.to_array(tensor)
-        if value.item() == lowest:
-            tensor.CopyFrom(numpy_helper.from_array(np.full_like(value, floor), tensor.name))
+        if value.item() == np.float32(old):
+            tensor.CopyFrom(numpy_helper.from_array(np.full_like(value, new), tensor.name))
             changed += 1
     return changed

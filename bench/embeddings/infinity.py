@@ -85,11 +85,10 @@ def peer_checkpoint(checkpoint: Checkpoint, directory: Path) -> Path:
     infinity 0.0.78 reads a local graph only from the model folder's top level, named relative to
     the folder, so the server is started inside it with `--model-id .`.
     """
-    import export.precision
-    from export.precision import quantize_int8
+    from export import precision
 
     # Built again when the checkpoint or our quantising code changes, so that the peer's graph stays as ours.
-    recipe = hashlib.sha256(Path(export.precision.__file__).read_bytes()).hexdigest()[:16]
+    recipe = hashlib.sha256(Path(precision.__file__).read_bytes()).hexdigest()[:16]
     marker = directory / ".complete"
     if marker.is_file() and marker.read_text() == f"{checkpoint.revision} {recipe}":
         return directory
@@ -130,7 +129,7 @@ def peer_checkpoint(checkpoint: Checkpoint, directory: Path) -> Path:
             do_constant_folding=True,
             dynamo=False,
         )
-    quantize_int8(fp32, directory / "model_quantized.onnx")
+    precision.quantize_int8(fp32, directory / "model_quantized.onnx")
     fp32.unlink()
     marker.write_text(f"{checkpoint.revision} {recipe}")
     return directory

@@ -13,14 +13,13 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 from tokenizers import Tokenizer
 
 from export.checkpoint import Checkpoint
 from export.config import Precision, Tolerance
 from export.errors import CheckpointError, ToleranceError
 from export.pipeline import main_export
-from export.precision import MASK_FLOOR, raise_mask_floor
+from export.precision import LOWEST, MASK_FLOOR, replace_scalar_constants
 from export.repository import parse
 from tests.helpers.checkout import ROOT, copy_tracked_repository
 from tests.helpers.model_modules import load_model_module
@@ -101,14 +100,8 @@ def test_int8_mask_floor_keeps_the_vectors_of_batches_padded_as_bge_onnx_pads_th
     the exporter's own mask."""
     served = minilm_repository / "bge_onnx" / "1" / "model_int8.onnx"
     graph = onnx.load(str(served))
-    assert raise_mask_floor(graph, MASK_FLOOR) == 0  # no float32-lowest mask left in the served graph
-    constants = [a.t for n in graph.graph.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
-    (floor,) = [
-        t
-        for t in constants
-        if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 0 and numpy_helper.to_array(t).item() == MASK_FLOOR
-    ]
-    floor.CopyFrom(numpy_helper.from_array(np.array(np.finfo(np.float32).min, dtype=np.float32), floor.name))
+    assert replace_scalar_constants(graph, LOWEST, MASK_FLOOR) == 0  # no float32-lowest mask left in it
+    assert replace_scalar_constants(graph, MASK_FLOOR, LOWEST) == 1  # the exporter's own mask put back
     exporters = tmp_path / "exporters_mask.onnx"
     onnx.save(graph, str(exporters))
 

@@ -4,9 +4,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from export.precision import raise_mask_floor
-
-LOWEST = np.finfo(np.float32).min
+from export.precision import LOWEST, MASK_FLOOR, replace_scalar_constants
 
 
 def scalar(name: str, value: float) -> onnx.TensorProto:
@@ -41,9 +39,9 @@ def mask_graph() -> onnx.ModelProto:
 
 def test_only_scalar_constants_at_float32s_lowest_are_raised_to_the_floor() -> None:
     model = mask_graph()
-    assert raise_mask_floor(model, -60.0) == 1
+    assert replace_scalar_constants(model, LOWEST, MASK_FLOOR) == 1
     (constant,) = [node for node in model.graph.node if node.op_type == "Constant"]
-    assert numpy_helper.to_array(constant.attribute[0].t).item() == -60.0
+    assert numpy_helper.to_array(constant.attribute[0].t).item() == MASK_FLOOR
     kept = {tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer}
     assert kept["zero"].item() == 0.0 and kept["shift"].item() == -10000.0
     assert (kept["row"] == LOWEST).all()  # not a scalar: not the mask
@@ -52,5 +50,5 @@ def test_only_scalar_constants_at_float32s_lowest_are_raised_to_the_floor() -> N
 def test_an_initializer_mask_is_raised_too_and_a_second_pass_changes_nothing() -> None:
     model = mask_graph()
     model.graph.initializer.append(scalar("folded_lowest", LOWEST))
-    assert raise_mask_floor(model, -60.0) == 2
-    assert raise_mask_floor(model, -60.0) == 0
+    assert replace_scalar_constants(model, LOWEST, MASK_FLOOR) == 2
+    assert replace_scalar_constants(model, LOWEST, MASK_FLOOR) == 0
