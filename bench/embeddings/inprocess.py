@@ -6,6 +6,9 @@ configurations, each over the same texts sorted once by token length and cut int
 rows: one call per batch with every core on one session (`ort_one_call`), and `bge_onnx`'s own way, its
 `encoder` module (`ort_side_by_side`): one single-threaded run per core, side by side, over the batch's chunks of
 similar length, in the pieces that suit a process alone. The fastest of them is the most these cores give.
+
+A third configuration is a bound, not a ceiling: `bge_onnx`'s encoder as served, on batches in the order the
+texts come (`ort_arrival_order`), the batches a server's calls carry: what the encoder alone makes of them.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class InProcess:
         for batch in CEILING_BATCHES:
             self.ort_one_call(texts, batch)
             self.ort_side_by_side(texts, batch)
+            self.ort_arrival_order(texts, batch)
 
     def naive(self, texts: Sequence[str]) -> RunStats:
         """`encode(text)` once per text: what a service does before it batches anything."""
@@ -83,22 +87,29 @@ class InProcess:
 
     def ort_one_call(self, texts: Sequence[str], batch: int) -> RunStats:
         """The INT8 graph, one call on every core per sorted batch of `batch` rows."""
-        return self._sorted_batches(texts, batch, lambda inputs: self._session.run(["EMBEDDING"], inputs))
+        return self._batches(texts, batch, lambda inputs: self._session.run(["EMBEDDING"], inputs), sort=True)
 
     def ort_side_by_side(self, texts: Sequence[str], batch: int) -> RunStats:
         """The INT8 graph as `bge_onnx` runs a dynamic batch of `batch` rows: `encoder.encode_by_length`, its
         chunks of similar length on single-threaded runs side by side, one per core. In pieces of the size
         that does best alone in a process (`IN_PROCESS_PIECES`), so the reference is the encoder at its best
         rather than as tuned for cores it shares."""
+        return self._batches(texts, batch, self._encode_by_length(IN_PROCESS_PIECES), sort=True)
 
+    def ort_arrival_order(self, texts: Sequence[str], batch: int) -> RunStats:
+        """`bge_onnx`'s encoder exactly as served (its own pieces per worker) on batches of `batch` texts in the
+        order they come, as the served calls carry them: the encoder sorts within each batch, never across."""
+        return self._batches(texts, batch, self._encode_by_length(self._encoder.PIECES_PER_WORKER), sort=False)
+
+    def _encode_by_length(self, pieces: int) -> Callable[[dict[str, Int64Array]], Any]:
         def run(inputs: dict[str, Int64Array]) -> Any:
             ids, mask = [inputs["INPUT_IDS"]], [inputs["ATTENTION_MASK"]]
             padding = self._encoder.PADDING_RATIO
             return self._encoder.encode_by_length(
-                self._run_single, ids, mask, padding, self._executor, self._workers, IN_PROCESS_PIECES
+                self._run_single, ids, mask, padding, self._executor, self._workers, pieces
             )
 
-        return self._sorted_batches(texts, batch, run)
+        return run
 
     def tokenize_coalesced(self, texts: Sequence[str]) -> RunStats:
         """The tokenizer stage as the gateway could run it: the Rust tokenizer over a coalesced batch of 32 texts
@@ -118,15 +129,15 @@ class InProcess:
         (embeddings,) = self._single.run(None, {"INPUT_IDS": input_ids, "ATTENTION_MASK": attention_mask})
         return np.asarray(embeddings, dtype=np.float32)
 
-    def _sorted_batches(
-        self, texts: Sequence[str], batch: int, run: Callable[[dict[str, Int64Array]], Any]
+    def _batches(
+        self, texts: Sequence[str], batch: int, run: Callable[[dict[str, Int64Array]], Any], *, sort: bool
     ) -> RunStats:
-        """Tokenise all, sort by token length, `run` each batch of `batch` rows, padded to its longest."""
+        """Tokenise all, sort by token length if `sort`, `run` each batch of `batch` rows, padded to its longest."""
         settle_heap()
         cpu = process_cpu_seconds()
         started = time.perf_counter()
         encodings = self._tokenizer.encode_batch(list(texts))
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids)) if sort else range(len(texts))
         latencies = []
         for start in range(0, len(order), batch):
             began = time.perf_counter()

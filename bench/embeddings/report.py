@@ -12,10 +12,12 @@ from typing import Any
 from bench.embeddings.loads import Series
 from bench.embeddings.plan import (
     CACHE_RATE,
+    CEILING_BATCHES,
     GATEWAY_1,
     GATEWAY_32,
     INFINITY_PREFIX,
     NAIVE,
+    ORT_ARRIVAL,
     ORT_INT8,
     P99_CONCURRENCY,
     PART,
@@ -73,6 +75,7 @@ def build_result(
         notes.append(gateway_cpu)
     if budget := cpu_budget(points, len(os.sched_getaffinity(0))):
         notes.append(budget)
+    notes += same_batches_notes(points, best)
     if tokenizer := tokenizer_note(tokenizers, points):
         notes.append(tokenizer)
     return PartResult(
@@ -261,6 +264,33 @@ def cpu_budget(points: Sequence[Point], cores: int) -> str | None:
         f"encoder as lean as the ceiling and no idle core would reach at most {bound:.0f} texts/s = "
         f"{bound / ceiling.throughput:.2f} x the best in-process"
     )
+
+
+def same_batches_notes(points: Sequence[Point], best: Point | None) -> list[str]:
+    """For each served load a ratio target is judged on: the encoder alone in process, as served, on batches
+    in arrival order of the size its calls held, against the served rate and against what the target asks.
+    A goal above 1 x that figure asks the stack to beat its own encoder with no server around it."""
+    by = {(point.system, point.x): point for point in points}
+    notes = []
+    for system, share in ((GATEWAY_1, CEILING_SHARE), (GATEWAY_32, BATCHED_SHARE)):
+        served = by.get((system, TARGET_CONCURRENCY))
+        held = served.extra.get("model_batch", 0.0) if served else 0.0
+        if best is None or served is None or served.throughput <= 0 or held <= 0:
+            continue
+        size = min(CEILING_BATCHES, key=lambda batch: abs(batch - held))
+        alone = by.get((ORT_ARRIVAL.format(batch=size), 1))
+        if alone is None or alone.throughput <= 0:
+            continue
+        asked = share * best.throughput
+        notes.append(
+            f"{system} at concurrency {TARGET_CONCURRENCY}: the encoder's batches held {held:.1f} texts; "
+            f"bge_onnx's encoder alone on batches of {size} in arrival order made {alone.throughput:.0f} texts/s "
+            f"({alone.throughput / best.throughput:.2f} x the best in-process), the served path "
+            f"{served.throughput:.0f} = {served.throughput / alone.throughput:.2f} x it; the goal of {share:g} x "
+            f"the best ({asked:.0f} texts/s) is {asked / alone.throughput:.2f} x what the encoder alone makes of "
+            f"such batches"
+        )
+    return notes
 
 
 def table_rows(points: Sequence[Point], best: Point | None, old: Point | None) -> list[dict[str, Any]]:

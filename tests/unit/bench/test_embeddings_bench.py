@@ -21,6 +21,7 @@ from bench.embeddings.plan import (
     GATEWAY_1,
     GATEWAY_32,
     NAIVE,
+    ORT_ARRIVAL,
     ORT_INT8,
     ORT_ONE_CALL,
     ORT_SIDE_BY_SIDE,
@@ -28,6 +29,7 @@ from bench.embeddings.plan import (
     TOKENIZE_PER_REQUEST,
     TRITON_1,
     TRITON_32,
+    arrival_systems,
     ceiling_systems,
 )
 from bench.embeddings.report import (
@@ -37,6 +39,7 @@ from bench.embeddings.report import (
     evaluate_targets,
     latency_target,
     ratio_target,
+    same_batches_notes,
     table_rows,
 )
 from bench.load import closed_loop
@@ -233,6 +236,25 @@ def test_the_ceiling_is_the_fastest_in_process_configuration() -> None:
     assert best_ceiling([point(GATEWAY_1, 32, 900)]) is None  # a served system is never the ceiling
 
 
+def test_the_encoder_alone_on_the_served_batches_is_a_bound_never_the_ceiling() -> None:
+    best = point(ORT_SIDE_BY_SIDE.format(batch=64), 1, 600)
+    single, batched = point(GATEWAY_1, 32, 400), point(GATEWAY_32, 32, 500)
+    single.extra, batched.extra = {"model_batch": 15.5}, {"model_batch": 60.6}
+    alone = [point(ORT_ARRIVAL.format(batch=16), 1, 500), point(ORT_ARRIVAL.format(batch=64), 1, 560)]
+    assert best_ceiling([best, *alone]) is best
+    assert best_ceiling([point(ORT_ARRIVAL.format(batch=16), 1, 900), best]) is best
+    notes = same_batches_notes([best, single, batched, *alone, point(ORT_ARRIVAL.format(batch=32), 1, 1)], best)
+    assert len(notes) == 2
+    # Each served load against the batch size its calls held: 15.5 -> 16, 60.6 -> 64.
+    assert notes[0].startswith(f"{GATEWAY_1} at concurrency 32: the encoder's batches held 15.5 texts;")
+    assert "batches of 16 in arrival order made 500 texts/s (0.83 x the best in-process)" in notes[0]
+    assert "the served path 400 = 0.80 x it; the goal of 0.85 x the best (510 texts/s) is 1.02 x" in notes[0]
+    assert "batches of 64 in arrival order made 560 texts/s" in notes[1]
+    assert "the goal of 0.95 x the best (570 texts/s) is 1.02 x" in notes[1]
+    assert same_batches_notes([best, single], best) == []  # the encoder alone was not measured
+    assert same_batches_notes([*alone, single], None) == []
+
+
 def test_targets_are_met_when_every_ratio_and_latency_is_within_its_goal() -> None:
     cache = point("cache", 500, 500, p99_ms=2.5)
     targets = evaluate_targets(passing_points(), cache, infinity_notes=[])
@@ -349,7 +371,7 @@ def test_quick_run_measures_the_gateway_and_triton(tmp_path: Path, minilm_reposi
             assert 0 < extra["triton_calls_per_text"] <= (1 if system == GATEWAY_1 else 1 / 32)
         assert extra["model_batch"] >= 1 and 0 < extra["model_busy_percent"] <= 105 and extra["model_queue_ms"] >= 0
     assert len(result.targets) == 6
-    for system in ceiling_systems():
+    for system in [*ceiling_systems(), *arrival_systems()]:
         assert any(p["system"] == system for p in written["points"]), f"{system} missing"
     assert any(note.startswith("tokenizer stage, CPU per text") for note in result.notes)
     assert any("infinity-emb not run" in note for note in result.notes)
