@@ -63,18 +63,19 @@ def quantize_int8(src: Path, out: Path) -> Path:
     kernels. The attention mask's floor is raised to `MASK_FLOOR`. The parity
     check holds each export to its tolerance.
     """
+    # The mask is raised in the FP32 graph handed to the quantiser (it quantises MatMul weights only), so the
+    # INT8 graph is written once.
+    model = onnx.load(str(src))
+    raised = replace_scalar_constants(model, LOWEST, MASK_FLOOR)
+    log.info("INT8 attention mask: %d constant(s) raised to %g", raised, MASK_FLOOR)
     quantize_dynamic(
-        str(src),
+        model,
         str(out),
         per_channel=True,
         weight_type=QuantType.QInt8,
         op_types_to_quantize=["MatMul"],
         extra_options={"MatMulConstBOnly": True},
     )
-    model = onnx.load(str(out))
-    raised = replace_scalar_constants(model, LOWEST, MASK_FLOOR)
-    log.info("INT8 attention mask: %d constant(s) raised to %g", raised, MASK_FLOOR)
-    onnx.save(model, str(out))
     return out
 
 
