@@ -3,8 +3,8 @@
 Triton serves the `bge` ensemble with `bge_onnx` as a KIND_GPU instance (the FP16 graph on ONNX
 Runtime's CUDA provider; the tokenizer stays on the CPU), and tritonclient's asyncio gRPC client
 sends the workload's texts in batches of 1 to 128, one batch in flight and then four, so that
-Triton's dynamic batcher has something to merge. A batch above the ensemble's max_batch_size (64)
-goes as several requests of 64 at once.
+Triton's dynamic batcher has something to merge. A batch above the ensemble's max_batch_size
+(`MAX_BATCH_SIZE`) would go as several requests of that size at once.
 
 Without a GPU (no working `nvidia-smi`) or without onnxruntime-gpu the part measures nothing and the
 report says why: GPU numbers are measured, never estimated.

@@ -11,6 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
+from export.repository import MAX_BATCH_SIZE
+
 FUSED = "bge_fused"
 # Files at least this large are linked, not copied: the ONNX graphs are hundreds of MB.
 LINK_BYTES = 1 << 20
@@ -95,7 +97,7 @@ def fused_config(onnx_config: str, dimension: int) -> str:
     body = body.split("instance_group", 1)[1]
     return (
         f'name: "{FUSED}"\n'
-        "max_batch_size: 64\n"
+        f"max_batch_size: {MAX_BATCH_SIZE}\n"
         'input {\n  name: "TEXT"\n  data_type: TYPE_STRING\n  dims: 1\n}\n'
         f'output {{\n  name: "EMBEDDING"\n  data_type: TYPE_FP32\n  dims: {dimension}\n}}\n'
         'output {\n  name: "TOKEN_COUNT"\n  data_type: TYPE_INT32\n  dims: 1\n}\n'

@@ -9,7 +9,7 @@ from bench.workload import texts as workload_texts
 PART = "embeddings"
 CONCURRENCIES = (1, 8, 32, 128)
 BATCH = 32  # texts per request of the batched systems, rows per in-process batch
-CEILING_BATCHES = (16, 32, 64)  # rows per batch of each in-process INT8 configuration
+CEILING_BATCHES = (16, 32, 64, 128, 256)  # rows per batch of each in-process INT8 configuration, up to the max batch
 NAIVE_TEXTS = 300  # the naive loop is slow: it runs on this many of the texts
 CACHE_RATE = 500.0  # requests per second of the warm-cache open loop
 CACHE_SECONDS = 10.0

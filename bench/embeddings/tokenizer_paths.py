@@ -38,6 +38,7 @@ from bench.embeddings.fused_model import FUSED, write_fused_repository
 from bench.embeddings.repository import max_sequence_length, model_module, require_export
 from bench.processes import running
 from bench.triton_stats import ModelCounters
+from export.repository import MAX_BATCH_SIZE
 from gateway.services.coalescing import CoalescingEmbedder
 from gateway.upstreams.triton import CHANNEL_ARGS, ModelInfo, TritonEmbeddings
 
@@ -110,7 +111,7 @@ class ModelEmbedder:
         self._outputs = [grpcaio.InferRequestedOutput(name) for name in ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED")]
 
     async def model_info(self, *, refresh: bool = False) -> ModelInfo:
-        return ModelInfo(self._model, "bench", 64, 512, DIMENSION)
+        return ModelInfo(self._model, "bench", MAX_BATCH_SIZE, 512, DIMENSION)
 
     async def ready(self) -> bool:
         return True

@@ -4,7 +4,8 @@ Triton has a cost per request on top of the model (gRPC, the ensemble's scheduli
 python-backend steps), so 32 single-text requests cost far more as 32 calls than as one.
 `CoalescingEmbedder` sends a call at once while fewer than `max_in_flight` are running, so a quiet
 gateway adds no delay; when all are busy, the texts that arrive wait for the next free slot and go
-together, up to `max_texts` per call. Under load the batches grow by themselves, with no timer.
+together, up to the model's max batch size per call (or `max_texts`). Under load the batches grow by
+themselves, with no timer.
 
 One call more may go while every slot is busy (an overlapping call): it is tokenized and queued in
 Triton while the call before it runs, so the encoder starts on it without waiting for a round trip
@@ -89,15 +90,16 @@ class CoalescingEmbedder:
         inner: Embedder,
         *,
         max_in_flight: int = 1,
-        max_texts: int = 64,
+        max_texts: int | None = None,
         pace: EncoderPace | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_in_flight < 1 or max_texts < 1:
+        if max_in_flight < 1 or (max_texts is not None and max_texts < 1):
             raise ValueError("max_in_flight and max_texts must be >= 1")
         self._inner = inner
         self._max_in_flight = max_in_flight
-        self._max_texts = max_texts
+        self._max_texts_given = max_texts  # None: the model's max batch size, so that a call is one Triton batch
+        self._max_texts = max_texts or 1
         self._pace = pace or EncoderPace()
         self._clock = clock
         self._in_flight = 0
@@ -125,6 +127,8 @@ class CoalescingEmbedder:
                 self._ended(call)
                 self._in_flight -= 1
                 self._dispatch()
+        if self._max_texts_given is None:
+            self._max_texts = (await self._inner.model_info()).max_batch_size
         waiting = _Waiting(texts, asyncio.get_running_loop().create_future())
         self._waiting.append(waiting)
         self._waiting_texts += len(texts)

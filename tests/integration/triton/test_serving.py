@@ -13,6 +13,7 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from export.repository import MAX_BATCH_SIZE
 from localtriton.server import TritonProcess
 from tests.helpers.sentences import CHINESE, ENGLISH
 from tests.helpers.triton_embeddings import cosines, grpc_embed, text_batch
@@ -156,9 +157,7 @@ def test_very_long_text_is_truncated_and_reported(grpc_client: grpcclient.Infere
 
 
 def test_batch_above_max_batch_size_is_refused(grpc_client: grpcclient.InferenceServerClient) -> None:
-    with pytest.raises(InferenceServerException, match="batch-size must be <= 64"):
-        grpc_embed(grpc_client, text_batch([f"text {i}" for i in range(65)]))
-    assert grpc_embed(grpc_client, text_batch([f"text {i}" for i in range(64)])).as_numpy("EMBEDDING").shape == (
-        64,
-        384,
-    )
+    with pytest.raises(InferenceServerException, match=f"batch-size must be <= {MAX_BATCH_SIZE}"):
+        grpc_embed(grpc_client, text_batch([f"text {i}" for i in range(MAX_BATCH_SIZE + 1)]))
+    full = grpc_embed(grpc_client, text_batch([f"text {i}" for i in range(MAX_BATCH_SIZE)]))
+    assert full.as_numpy("EMBEDDING").shape == (MAX_BATCH_SIZE, 384)

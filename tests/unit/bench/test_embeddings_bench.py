@@ -18,6 +18,7 @@ from bench.embeddings.clients import EmbeddingsError, openai_request
 from bench.embeddings.loads import Series, batches, measure
 from bench.embeddings.plan import (
     CACHED_1,
+    CEILING_BATCHES,
     GATEWAY_1,
     GATEWAY_32,
     NAIVE,
@@ -229,7 +230,7 @@ def passing_points() -> list[Point]:
 
 
 def test_the_ceiling_is_the_fastest_in_process_configuration() -> None:
-    assert len(set(ceiling_systems())) == 6
+    assert len(set(ceiling_systems())) == 2 * len(CEILING_BATCHES)
     assert ORT_ONE_CALL.format(batch=32) == ORT_INT8 and ORT_INT8 in ceiling_systems()
     best = best_ceiling(passing_points())
     assert best is not None and best.system == ORT_SIDE_BY_SIDE.format(batch=32)
@@ -239,17 +240,18 @@ def test_the_ceiling_is_the_fastest_in_process_configuration() -> None:
 def test_the_encoder_alone_on_the_served_batches_is_a_bound_never_the_ceiling() -> None:
     best = point(ORT_SIDE_BY_SIDE.format(batch=64), 1, 600)
     single, batched = point(GATEWAY_1, 32, 400), point(GATEWAY_32, 32, 500)
-    single.extra, batched.extra = {"model_batch": 15.5}, {"model_batch": 60.6}
-    alone = [point(ORT_ARRIVAL.format(batch=16), 1, 500), point(ORT_ARRIVAL.format(batch=64), 1, 560)]
+    single.extra, batched.extra = {"model_batch": 15.5}, {"model_batch": 231.4}
+    alone = [point(ORT_ARRIVAL.format(batch=16), 1, 500), point(ORT_ARRIVAL.format(batch=256), 1, 560)]
     assert best_ceiling([best, *alone]) is best
     assert best_ceiling([point(ORT_ARRIVAL.format(batch=16), 1, 900), best]) is best
-    notes = same_batches_notes([best, single, batched, *alone, point(ORT_ARRIVAL.format(batch=32), 1, 1)], best)
+    others = [point(ORT_ARRIVAL.format(batch=size), 1, 1) for size in (32, 64, 128)]
+    notes = same_batches_notes([best, single, batched, *alone, *others], best)
     assert len(notes) == 2
-    # Each served load against the batch size its calls held: 15.5 -> 16, 60.6 -> 64.
+    # Each served load against the batch size its calls held: 15.5 -> 16, 231.4 -> 256.
     assert notes[0].startswith(f"{GATEWAY_1} at concurrency 32: the encoder's batches held 15.5 texts;")
     assert "batches of 16 in arrival order made 500 texts/s (0.83 x the best in-process)" in notes[0]
     assert "the served path 400 = 0.80 x it; the goal of 0.85 x the best (510 texts/s) is 1.02 x" in notes[0]
-    assert "batches of 64 in arrival order made 560 texts/s" in notes[1]
+    assert "batches of 256 in arrival order made 560 texts/s" in notes[1]
     assert "the goal of 0.95 x the best (570 texts/s) is 1.02 x" in notes[1]
     assert same_batches_notes([best, single], best) == []  # the encoder alone was not measured
     assert same_batches_notes([*alone, single], None) == []

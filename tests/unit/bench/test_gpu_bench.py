@@ -12,7 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from bench import gpu
 from bench.report import write_report
-from export.repository import parse
+from export.repository import MAX_BATCH_SIZE, parse
 
 REPOSITORY = Path(__file__).resolve().parents[3] / "model_repository"
 MACHINE = {"cpu": "Test CPU", "cores": 2, "memory_gib": 24.0, "python": "3.11", "platform": "linux"}
@@ -33,12 +33,18 @@ def test_gpu_repository_moves_only_the_encoder_to_the_gpu(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     ("batch_size", "in_flight", "texts_per_request", "concurrency"),
-    [(1, 1, 1, 1), (32, 4, 32, 4), (64, 1, 64, 1), (128, 1, 64, 2), (128, 4, 64, 8)],
+    [
+        (1, 1, 1, 1),
+        (32, 4, 32, 4),
+        (MAX_BATCH_SIZE, 1, MAX_BATCH_SIZE, 1),
+        (2 * MAX_BATCH_SIZE, 1, MAX_BATCH_SIZE, 2),
+        (2 * MAX_BATCH_SIZE, 4, MAX_BATCH_SIZE, 8),
+    ],
 )
 def test_batches_above_the_max_batch_size_go_as_several_requests_at_once(
     batch_size: int, in_flight: int, texts_per_request: int, concurrency: int
 ) -> None:
-    texts = [f"text {i}" for i in range(300)]
+    texts = [f"text {i}" for i in range(5 * MAX_BATCH_SIZE)]
     requests, got = gpu.requests_for(texts, batch_size, in_flight)
     assert got == concurrency
     assert {len(request) for request in requests[:-1]} == {texts_per_request}

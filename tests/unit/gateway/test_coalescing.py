@@ -56,6 +56,23 @@ def test_quiet_calls_go_straight_through_and_busy_ones_are_merged() -> None:
     asyncio.run(scenario())
 
 
+def test_merged_calls_hold_up_to_the_models_max_batch_size_by_default() -> None:
+    class SmallBatches(SlowEmbedder):
+        async def model_info(self, *, refresh: bool = False) -> ModelInfo:
+            return ModelInfo(name="m", revision="r", max_batch_size=3, max_sequence_length=512, dimension=2)
+
+    async def scenario() -> None:
+        inner = SmallBatches()
+        embedder = CoalescingEmbedder(inner, max_in_flight=1)
+        texts = [["x" * n] for n in range(1, 9)]
+        results = await asyncio.gather(*(embedder.embed(t) for t in texts))
+        assert [r.vectors[0, 0] for r in results] == [float(n) for n in range(1, 9)]
+        # one alone, then what waited, in calls of the model's 3 texts: one Triton batch each
+        assert [len(call) for call in inner.calls] == [1, 3, 3, 1]
+
+    asyncio.run(scenario())
+
+
 def test_the_encoder_pace_is_an_ewma_of_service_times() -> None:
     pace = EncoderPace(weight=0.5)
     assert pace.seconds_per_text is None
