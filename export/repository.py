@@ -28,8 +28,8 @@ WARMUP_TEXT_FILE = "sample_text"
 
 # Texts per batch, in every model. Under a bulk load the gateway merges requests up to this many texts per call,
 # and `bge_onnx` sorts each batch by length before cutting it into runs: the more texts it sorts at once, the less
-# it pads and the fewer runs it makes (batches of 256 in arrival order run about a tenth faster than batches of
-# 64; docs/benchmarks.md). A single text never waits for a batch to fill: batches only grow from what is queued.
+# it pads and the fewer runs it makes (docs/benchmarks.md, "Batches of up to 256"). A single text never waits
+# for a batch to fill: batches only grow from what is queued.
 MAX_BATCH_SIZE = 256
 # The native GPU config waits up to 2 ms to gather a preferred batch: a GPU run of 8 costs about what a run of 1 does.
 PREFERRED_BATCH_SIZES = (8, 16, 32, 64)
