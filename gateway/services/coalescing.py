@@ -165,7 +165,8 @@ class CoalescingEmbedder:
         while self._waiting and self._slot_free():
             batch: list[_Waiting] = []
             size = 0
-            while self._waiting and (not batch or size + len(self._waiting[0].texts) <= self._max_texts):
+            limit = self._call_limit()
+            while self._waiting and (not batch or size + len(self._waiting[0].texts) <= limit):
                 waiting = self._waiting.popleft()
                 self._waiting_texts -= len(waiting.texts)
                 if not waiting.result.done():  # skip callers that have gone
@@ -179,6 +180,16 @@ class CoalescingEmbedder:
             self._calls.add(task)
             task.add_done_callback(self._calls.discard)
         self._schedule_recheck()
+
+    def _call_limit(self) -> int:
+        """Texts the next call may take. An overlapping call takes at most half of what the running call and the
+        waiting texts hold together: in a closed loop each call's texts come back as the next call, so sizes
+        persist, and an overlapping call that took everything (the first call of a burst is often a single text)
+        would leave the calls to take turns at a large and a small size for good."""
+        if self._in_flight < self._max_in_flight or not self._running:
+            return self._max_texts
+        running = min(texts for texts, _ in self._running.values())
+        return min(self._max_texts, max(running, math.ceil((running + self._waiting_texts) / 2)))
 
     def _schedule_recheck(self) -> None:
         """What is left of the running calls shrinks as they run, with no event to tell: wake up when the
