@@ -10,8 +10,9 @@ themselves, with no timer.
 One call more may go while every slot is busy (an overlapping call): it is tokenized and queued in
 Triton while the call before it runs, so the encoder starts on it without waiting for a round trip
 through the gateway. It goes (`overlap_from`) as soon as as many texts wait as the running call
-carries: calls then take turns at an even size, and the new one has the running call's whole encoding
-to cover its trip and tokenization. With fewer waiting, it goes when what is left of the running call
+carries: calls then take turns at an even size (it takes at most half of what it and the running call
+hold together, `_call_limit`), and the new one has the running call's whole encoding to cover its trip and
+tokenization. With fewer waiting, it goes when what is left of the running call
 is one text's encoding, in the encoder's time per text (`EncoderPace`, an EWMA of the calls' service
 times), so that texts still arriving join it. That estimate alone sent it too late under load: it
 spreads each call's trip over the call's texts, so it overstates what is left of the running call
