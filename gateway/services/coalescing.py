@@ -11,10 +11,10 @@ One call more may go while every slot is busy (an overlapping call): it is token
 Triton while the call before it runs, so the encoder starts on it without waiting for a round trip
 through the gateway. It goes (`overlap_from`) as soon as as many texts wait as the running call
 carries: calls then take turns at an even size (it takes at most half of what it and the running call
-hold together, `_call_limit`), and the new one has the running call's whole encoding to cover its trip and
-tokenization. With fewer waiting, it goes when what is left of the running call
-is one text's encoding, in the encoder's time per text (`EncoderPace`, an EWMA of the calls' service
-times), so that texts still arriving join it. That estimate alone sent it too late under load: it
+hold together, or twice the running call if that is more, `_call_limit`), and the new one has the running
+call's whole encoding to cover its trip and tokenization. With fewer waiting, it goes when what is left of
+the running call is one text's encoding, in the encoder's time per text (`EncoderPace`, an EWMA of the
+calls' service times), so that texts still arriving join it. That estimate alone sent it too late under load: it
 spreads each call's trip over the call's texts, so it overstates what is left of the running call
 (the more, the smaller the calls), and calls settled into a large and a small one taking turns while
 the encoder waited for each. A fixed count of waiting texts instead suited one machine and one load:
@@ -184,13 +184,15 @@ class CoalescingEmbedder:
 
     def _call_limit(self) -> int:
         """Texts the next call may take. An overlapping call takes at most half of what the running call and the
-        waiting texts hold together: in a closed loop each call's texts come back as the next call, so sizes
-        persist, and an overlapping call that took everything (the first call of a burst is often a single text)
-        would leave the calls to take turns at a large and a small size for good."""
+        waiting texts hold together, or twice the running call if that is more: in a closed loop each call's
+        texts come back as the next call, so sizes persist, and an overlapping call that took everything (the
+        first call of a burst is often a single text) would leave the calls to take turns at a large and a small
+        size for good. Below twice the running call, the texts a strict half left behind made calls of one or
+        two texts at low concurrency, each waiting a whole call more."""
         if self._in_flight < self._max_in_flight or not self._running:
             return self._max_texts
         running = min(texts for texts, _ in self._running.values())
-        return min(self._max_texts, max(running, math.ceil((running + self._waiting_texts) / 2)))
+        return min(self._max_texts, max(2 * running, math.ceil((running + self._waiting_texts) / 2)))
 
     def _schedule_recheck(self) -> None:
         """What is left of the running calls shrinks as they run, with no event to tell: wake up when the

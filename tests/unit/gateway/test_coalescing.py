@@ -130,6 +130,24 @@ def test_one_call_more_goes_when_the_waiting_texts_are_worth_it() -> None:
     asyncio.run(scenario())
 
 
+def test_an_overlapping_call_takes_up_to_twice_the_running_call() -> None:
+    async def scenario() -> None:
+        inner = SlowEmbedder(seconds=0.4)
+        embedder = CoalescingEmbedder(inner, max_in_flight=1)
+        await embedder.embed(["t1", "t2", "t3", "t4"])  # timed: 0.1 s per text
+        running = asyncio.create_task(embedder.embed(["r1", "r2", "r3", "r4"]))  # ends 0.4 s from now
+        await asyncio.sleep(0)
+        three = asyncio.create_task(embedder.embed(["w1", "w2", "w3"]))  # goes 0.3 s from now
+        await asyncio.sleep(0.35)
+        assert inner.calls[2] == ["w1", "w2", "w3"]
+        later = [asyncio.create_task(embedder.embed([t])) for t in ("a", "b", "c", "d", "e")]
+        await asyncio.gather(running, three, *later)
+        # beside the call of three, all five go: half of the eight would leave one text for a call of its own
+        assert inner.calls[3:] == [["a", "b", "c", "d", "e"]]
+
+    asyncio.run(scenario())
+
+
 def test_one_call_more_goes_at_once_when_as_many_texts_wait_as_the_running_call_carries() -> None:
     async def scenario() -> None:
         inner = SlowEmbedder(seconds=0.8)
