@@ -108,13 +108,20 @@ def test_a_call_queued_behind_another_is_encoded_from_when_that_one_ended() -> N
     assert pace.served_from(0.2) == 0.4 and pace.served_from(0.5) == 0.5
 
 
+async def running_call_of_four(inner: SlowEmbedder) -> tuple[CoalescingEmbedder, asyncio.Task[TritonEmbeddings]]:
+    """A coalescer that has timed a call at 0.1 s per text (`inner` takes 0.4 s a call), with a call of four
+    texts running that ends 0.4 s from now: texts that wait beside it go when one text's encoding is left."""
+    embedder = CoalescingEmbedder(inner, max_in_flight=1)
+    await embedder.embed(["t1", "t2", "t3", "t4"])
+    running = asyncio.create_task(embedder.embed(["r1", "r2", "r3", "r4"]))
+    await asyncio.sleep(0)
+    return embedder, running
+
+
 def test_one_call_more_goes_when_the_waiting_texts_are_worth_it() -> None:
     async def scenario() -> None:
         inner = SlowEmbedder(seconds=0.4)
-        embedder = CoalescingEmbedder(inner, max_in_flight=1)
-        await embedder.embed(["t1", "t2", "t3", "t4"])  # timed: 0.1 s per text
-        running = asyncio.create_task(embedder.embed(["r1", "r2", "r3", "r4"]))  # ends 0.4 s from now
-        await asyncio.sleep(0)
+        embedder, running = await running_call_of_four(inner)
         waiting = asyncio.create_task(embedder.embed(["w1"]))  # it goes when one text is left: 0.3 s from now
         await asyncio.sleep(0.15)
         assert len(inner.calls) == 2 and not running.done()
@@ -133,10 +140,7 @@ def test_one_call_more_goes_when_the_waiting_texts_are_worth_it() -> None:
 def test_an_overlapping_call_takes_up_to_twice_the_running_call() -> None:
     async def scenario() -> None:
         inner = SlowEmbedder(seconds=0.4)
-        embedder = CoalescingEmbedder(inner, max_in_flight=1)
-        await embedder.embed(["t1", "t2", "t3", "t4"])  # timed: 0.1 s per text
-        running = asyncio.create_task(embedder.embed(["r1", "r2", "r3", "r4"]))  # ends 0.4 s from now
-        await asyncio.sleep(0)
+        embedder, running = await running_call_of_four(inner)
         three = asyncio.create_task(embedder.embed(["w1", "w2", "w3"]))  # goes 0.3 s from now
         await asyncio.sleep(0.35)
         assert inner.calls[2] == ["w1", "w2", "w3"]
