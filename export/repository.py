@@ -82,7 +82,9 @@ def tokenizer_config(model: ServedModel) -> mc.ModelConfig:
     )
     config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1))
     config.dynamic_batching.max_queue_delay_microseconds = 500
-    _params(config, _model_params(model))
+    # One thread: beside bge_onnx's CPU runs, which keep every core busy, the Rust tokenizer's thread pool buys no
+    # time and adds its threads' wake-ups (docs/benchmarks.md). "true" pays where the cores are otherwise idle.
+    _params(config, {**_model_params(model), "parallel_tokenization": "false"})
     warmup = config.model_warmup.add(name="sample_text", batch_size=8)
     warmup.inputs["TEXT"].CopyFrom(
         mc.ModelWarmup.Input(data_type=mc.TYPE_STRING, dims=[1], input_data_file=WARMUP_TEXT_FILE)

@@ -26,7 +26,11 @@ class TritonPythonModel:
                 raise pb_utils.TritonModelException(
                     f"{config['name']}: output {name} must be {dtype}, config says {declared}"
                 )
-        max_length = int(config["parameters"]["max_sequence_length"]["string_value"])
+        params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        max_length = int(params["max_sequence_length"])
+        # TOKENIZERS_PARALLELISM is read by the Rust tokenizer at each call; this stub process holds only this model.
+        parallel = params.get("parallel_tokenization", "false").lower() in ("1", "true", "yes")
+        os.environ["TOKENIZERS_PARALLELISM"] = "true" if parallel else "false"
         tokenizer_file = os.path.join(args["model_repository"], args["model_version"], "tokenizer.json")
         self.tokenizer = TextTokenizer(tokenizer_file, max_length)
 

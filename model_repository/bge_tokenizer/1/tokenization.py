@@ -49,7 +49,7 @@ class TextTokenizer:
         self.pad_id = next((i for i in ids if i is not None), 0)
 
     def encode(self, texts: list[str]) -> list[Encoding]:
-        """Tokenise every text in one call (the Rust side runs them in parallel)."""
+        """Tokenise every text in one call (in parallel unless TOKENIZERS_PARALLELISM says otherwise)."""
         return self._tokenizer.encode_batch(texts) if texts else []
 
     def pack(self, encodings: list[Encoding]) -> TokenBatch:
