@@ -1,7 +1,8 @@
 """`make bench` / `python -m bench [PART ...] [--runs N] [--quick]`: run the parts, then write the report.
 
 Results go to bench/results/<UTC timestamp>/ (git-ignored): one `<part>.json` per part, `results.json`,
-`report.md` and the plots. A part that fails is recorded with its error; the others still run.
+`report.md` and the plots. A part that fails is recorded with its error and the rounds it finished; the others
+still run.
 SIGTERM or SIGINT stop the run and every server it started.
 """
 
@@ -30,8 +31,11 @@ PART_MODULES = {"images": "bench.video", "search": "bench.search.part"}
 
 
 async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool, options: dict[str, Any]) -> None:
-    """One part, with the options its `run` takes; its result (or its failure) is written to run_dir."""
+    """One part, with the options its `run` takes; its result (or its failure, with what the part wrote before
+    it: the embeddings part writes after each round) is written to run_dir."""
     module = importlib.import_module(PART_MODULES.get(name, f"bench.{name}"))
+    written = run_dir / f"{name}.json"
+    written.unlink(missing_ok=True)  # so that a file found after a failure is this run's
     accepted = inspect.signature(module.run).parameters
     started = time.monotonic()
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
@@ -43,7 +47,8 @@ async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool, options:
         result: PartResult = await module.run(run_dir, runs=runs, quick=quick, **extra)
     except Exception as exc:  # one broken part must not cost the others' numbers
         log.error("part %s failed:\n%s", name, traceback.format_exc())
-        result = PartResult(part=name, x_label="", throughput_unit="", notes=[f"failed: {type(exc).__name__}: {exc}"])
+        result = PartResult.read(written) if written.exists() else PartResult(name, x_label="", throughput_unit="")
+        result.notes.append(f"failed: {type(exc).__name__}: {exc}")
     result.notes.append(f"part took {time.monotonic() - started:.0f} s")
     result.write(run_dir)
 

@@ -59,6 +59,14 @@ class PartResult:
         path.write_text(json.dumps(asdict(self), indent=2, ensure_ascii=False) + "\n")
         return path
 
+    @classmethod
+    def read(cls, path: Path) -> PartResult:
+        """What `write` wrote."""
+        saved = json.loads(path.read_text())
+        points = [Point(**point) for point in saved.pop("points")]
+        targets = [Target(**target) for target in saved.pop("targets")]
+        return cls(**saved, points=points, targets=targets)
+
 
 def summarize(system: str, x: float, runs: Sequence[RunStats], *, per: str = "items") -> Point:
     """Medians over runs of throughput (items or requests per second) and latency percentiles."""

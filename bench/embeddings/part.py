@@ -108,6 +108,10 @@ async def run(
 
         try:
             return await measure_rounds(plan, in_process, triton_endpoint, uncached, cached, peers, write)
+        except Exception:
+            for server in servers:  # a server that died is the cause to report, not the request that found it
+                server.check_alive()
+            raise
         finally:
             in_process.close()
 
