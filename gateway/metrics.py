@@ -46,9 +46,18 @@ TRITON_LATENCY = Histogram(
 )
 TRITON_ERRORS = Counter("gateway_triton_errors_total", "Failed Triton calls by reason.", ["reason"])
 # reason: unavailable | timeout | invalid | error
-TRITON_UP = Gauge("gateway_triton_up", "0 while Triton is unreachable or not serving the model (embeddings 503).")
+TRITON_UP = Gauge(
+    "gateway_triton_up", "0 while no Triton address is reachable and serving the model (uncached embeddings 503)."
+)
+TRITON_ADDRESSES = Gauge(
+    "gateway_triton_addresses", "Triton addresses known to the gateway, by state.", ["state"]
+)  # state: serving | out (out of rotation until the model is ready there again)
+TRITON_RETRIES = Counter(
+    "gateway_triton_retries_total", "Triton calls tried again on another Triton after the first one was unavailable."
+)
 TRITON_CHANNELS = Gauge(
-    "gateway_triton_channels", "gRPC channels to Triton open now: 1, and 2 while a replaced one finishes its calls."
+    "gateway_triton_channels",
+    "gRPC channels to Triton open now: one per address, and one more while a replaced one finishes its calls.",
 )
 EMBEDDING_BATCH_SIZE = Histogram(
     "gateway_embedding_batch_size", "Texts per Triton call (after cache hits are removed).", buckets=BATCH_BUCKETS

@@ -65,8 +65,10 @@ class TritonSettings(BaseSettings):
 
     url: str = Field(
         "127.0.0.1:8001",
-        description="Triton's gRPC address (host:port, or dns:///host:port). Calls go round robin over every "
-        "address the name resolves to: give a headless Service's name to spread them over all Triton pods.",
+        description="Triton's gRPC address: host:port or dns:///host:port (resolved by the gateway, IPv4 first), or "
+        "ipv4:host:port,host:port. Calls go round robin over every address, one channel each: give a headless "
+        "Service's name to spread them over all Triton pods. A call that finds its Triton stopping or gone is made "
+        "once more on another within its deadline, and that Triton gets no calls until its model is ready again.",
     )
     model: str = Field("bge", description="Ensemble that maps TEXT to EMBEDDING.")
     timeout_seconds: float = Field(
@@ -76,11 +78,11 @@ class TritonSettings(BaseSettings):
     channel_max_age_seconds: float = Field(
         300.0,
         ge=0,
-        description="After this long the gateway opens a new channel to Triton for new calls, which resolves "
-        "TRITON_URL again, so that Triton pods added since (scale-out, a rollout) get their share of calls; the "
-        "old channel is closed once its calls end (none is cut). gRPC resolves a name again only when a "
-        "connection drops, and Triton cannot age its connections itself. Lower: new pods are found sooner, "
-        "one connection handshake more per interval; 0: one channel for the life of the process.",
+        description="How often the gateway resolves TRITON_URL again (a failed call resolves it at once, at most "
+        "once a second), so that Triton pods added since (scale-out, a rollout) get their share of calls, and "
+        "how old a channel gets before new calls go on a fresh one (behind a ClusterIP, a new connection may land "
+        "on another pod); a replaced channel is closed once its calls end (none is cut). Lower: new pods are found "
+        "sooner, one lookup and handshake more per interval; 0: resolved once, one channel per address for ever.",
     )
     max_in_flight_calls: int = Field(
         1,

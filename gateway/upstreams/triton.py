@@ -1,13 +1,13 @@
-"""Triton's `bge` ensemble over gRPC: one asyncio channel at a time, replaced when it has aged (`triton_channels`).
+"""Triton's `bge` ensemble over gRPC, on every Triton `TRITON_URL` names (`triton_endpoints`).
 
-`InferenceServerException` never leaves this module: it becomes one of the
-`Triton*Error` classes below. Clients are told `triton unavailable`, never Triton's address: the address
-goes to the log, once when an outage starts (WARNING) and once when it ends (INFO).
+`InferenceServerException` never leaves this module: it becomes one of the `Triton*Error` classes below. Clients
+are told `triton unavailable`, never Triton's address: the address goes to the log, once when an outage of that
+Triton starts (WARNING) and once when it ends (INFO).
 
-`TRITON_URL` may be `dns:///host:port`: with a headless Service the name resolves to every Triton pod and
-the `round_robin` policy spreads calls over them (a plain `host:port` resolves the same way; with a
-ClusterIP there is one address and kube-proxy picks a pod per connection, i.e. once). The name is resolved again
-when the channel is replaced, every `TRITON_CHANNEL_MAX_AGE_SECONDS`, so that Triton pods added since get calls.
+Every call this client makes is idempotent, so a call that finds its Triton unavailable (shutting down, gone,
+unreachable, killed mid-call) is made once more on another Triton within what is left of its deadline: a graceful
+stop or a kill of one Triton of several fails no request. A deadline that passed, a bad input or a model error is
+answered as it is.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 from gateway import metrics
 from gateway.errors import InvalidRequestError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
 from gateway.settings import TritonSettings
-from gateway.upstreams.triton_channels import AgingClient
+from gateway.upstreams.triton_endpoints import Resolver, TritonEndpoint, TritonEndpoints, resolve_host
 
 tracer = trace.get_tracer(__name__)
 log = logging.getLogger(__name__)
@@ -48,6 +48,10 @@ CHANNEL_ARGS = [
     ("grpc.use_local_subchannel_pool", 1),
 ]
 INFO_RETRY_SECONDS = 1.0  # while Triton is unreachable, how often a request re-reads the model info
+# Triton's answers while it shuts down (the port stays open until it exits) and while the model loads.
+UNAVAILABLE_MESSAGES = ("unknown model", "not ready", "stopped accepting", "no available versions", "shutting down")
+
+TritonCall = Callable[[grpcaio.InferenceServerClient, float], Awaitable[Any]]  # (client, timeout seconds)
 
 
 class TritonUpstreamError(UpstreamError):
@@ -98,18 +102,25 @@ class TritonClient:
     """Async client of the `bge` ensemble; use as an async context manager or call `aclose`."""
 
     def __init__(
-        self, settings: TritonSettings, open_client: Callable[[], grpcaio.InferenceServerClient] | None = None
+        self,
+        settings: TritonSettings,
+        open_client: Callable[[str], grpcaio.InferenceServerClient] | None = None,
+        *,
+        resolve: Resolver = resolve_host,
     ) -> None:
         self._settings = settings
-        self._clients = AgingClient(
-            open_client or (lambda: grpcaio.InferenceServerClient(settings.url, channel_args=CHANNEL_ARGS)),
-            settings.channel_max_age_seconds,
+        self._endpoints = TritonEndpoints(
+            settings.url,
+            open_client or (lambda address: grpcaio.InferenceServerClient(address, channel_args=CHANNEL_ARGS)),
+            model=settings.model,
+            max_age_seconds=settings.channel_max_age_seconds,
+            probe_timeout_seconds=settings.ready_timeout_seconds,
+            resolve=resolve,
         )
         self._info: ModelInfo | None = None
-        self._info_stale = False  # Triton was unreachable since it was read: the model may be another revision
+        self._info_stale = False  # a Triton was unreachable since it was read: the model may be another revision
         self._info_retry_at = 0.0
         self._info_lock = asyncio.Lock()
-        self._outage = False  # the last call found Triton unreachable or not serving the model
         metrics.TRITON_UP.set(1)
 
     async def __aenter__(self) -> TritonClient:
@@ -120,11 +131,11 @@ class TritonClient:
 
     @property
     def open_channels(self) -> int:
-        """Channels not closed yet: 1, plus replaced ones whose calls have not ended."""
-        return self._clients.open_clients
+        """Channels not closed yet: one per address, plus replaced ones whose calls have not ended."""
+        return self._endpoints.open_channels
 
     async def aclose(self) -> None:
-        await self._clients.aclose()
+        await self._endpoints.aclose()
 
     async def model_info(self, *, refresh: bool = False) -> ModelInfo:
         """The model's name, revision and limits, read once and again after Triton was unreachable.
@@ -140,7 +151,9 @@ class TritonClient:
                 settings = self._settings
                 timeout = settings.timeout_seconds if self._info is None else settings.ready_timeout_seconds
                 try:
-                    config = await self._call(lambda c: c.get_model_config(settings.model, client_timeout=timeout))
+                    config = await self._call(
+                        lambda c, seconds: c.get_model_config(settings.model, client_timeout=seconds), timeout
+                    )
                 except (TritonUnavailableError, TritonTimeoutError):
                     if self._info is None or refresh:
                         raise
@@ -154,28 +167,17 @@ class TritonClient:
         return refresh or (self._info_stale and time.monotonic() >= self._info_retry_at)
 
     async def ready(self) -> bool:
-        """Whether `bge` is ready; refreshes the model info so a redeployed model's revision is seen."""
+        """Whether `bge` is ready on some Triton (each address is asked, and put in or out of rotation by its
+        answer); refreshes the model info so a redeployed model's revision is seen."""
+        endpoints = await self._endpoints.current()
+        answers = await asyncio.gather(*(self._endpoints.probe(e) for e in endpoints))
+        if not any(answers):
+            return False
         try:
-            with self._clients.lease() as client:
-                ready = await asyncio.wait_for(
-                    client.is_model_ready(self._settings.model), self._settings.ready_timeout_seconds
-                )
-            if ready:
-                await asyncio.wait_for(self.model_info(refresh=True), self._settings.ready_timeout_seconds)
-                self._recovered()
-            else:
-                self._went_away("the model is not ready")
-            return bool(ready)
-        except InferenceServerException as exc:
-            self._went_away(str(exc.message() or exc))
+            await asyncio.wait_for(self.model_info(refresh=True), self._settings.ready_timeout_seconds)
+        except (TritonUnavailableError, TritonTimeoutError, TritonUpstreamError, TimeoutError):
             return False
-        except (
-            TritonUnavailableError,
-            TritonTimeoutError,
-            TritonUpstreamError,
-            TimeoutError,
-        ):
-            return False
+        return True
 
     async def embed(self, texts: list[str]) -> TritonEmbeddings:
         """Embed `texts`, in chunks of the model's max batch size sent concurrently, re-joined in order."""
@@ -201,13 +203,10 @@ class TritonClient:
             propagate.inject(headers)  # trace context travels to Triton as gRPC metadata
             started = time.perf_counter()
             result = await self._call(
-                lambda c: c.infer(
-                    self._settings.model,
-                    [text],
-                    outputs=outputs,
-                    headers=headers,
-                    client_timeout=self._settings.timeout_seconds,
-                )
+                lambda c, seconds: c.infer(
+                    self._settings.model, [text], outputs=outputs, headers=headers, client_timeout=seconds
+                ),
+                self._settings.timeout_seconds,
             )
             metrics.TRITON_LATENCY.observe(time.perf_counter() - started)
         return TritonEmbeddings(
@@ -216,33 +215,38 @@ class TritonClient:
             truncated=np.asarray(result.as_numpy("TRUNCATED"), dtype=np.bool_).reshape(-1),
         )
 
-    async def _call(self, call: Callable[[grpcaio.InferenceServerClient], Awaitable[Any]]) -> Any:
-        """`call` on the current tritonclient, its errors translated."""
+    async def _call(self, call: TritonCall, timeout: float) -> Any:
+        """`call` (idempotent: every call this client makes is) on the next Triton in rotation; where that one is
+        unavailable (stopping, gone, unreachable), once more on another within what is left of `timeout`."""
+        deadline = time.monotonic() + timeout
+        endpoint = await self._endpoints.pick()
+        if endpoint is None:
+            metrics.TRITON_ERRORS.labels(reason="unavailable").inc()
+            raise TritonUnavailableError()
         try:
-            with self._clients.lease() as client:
-                result = await call(client)
+            return await self._call_on(endpoint, call, timeout)
+        except TritonUnavailableError:
+            other = await self._endpoints.pick(exclude=endpoint)
+            left = deadline - time.monotonic()
+            if other is None or left <= 0:
+                raise
+            metrics.TRITON_RETRIES.inc()
+            return await self._call_on(other, call, left)
+
+    async def _call_on(self, endpoint: TritonEndpoint, call: TritonCall, timeout: float) -> Any:
+        """`call` on `endpoint`'s tritonclient, its errors translated."""
+        try:
+            with endpoint.lease() as client:
+                result = await call(client, timeout)
         except InferenceServerException as exc:
             error = translate(exc, self._settings)
             if isinstance(error, TritonUnavailableError):
                 self._info_stale = True  # the model may come back as another revision
-                self._went_away(str(exc.message() or exc))
+                await self._endpoints.failed(endpoint, str(exc.message() or exc))
             metrics.TRITON_ERRORS.labels(reason=_reason(error)).inc()
             raise error from exc
-        self._recovered()
+        self._endpoints.recovered(endpoint)
         return result
-
-    def _went_away(self, why: str) -> None:
-        """One WARNING per outage, with the address the client is not told."""
-        if not self._outage:
-            self._outage = True
-            metrics.TRITON_UP.set(0)
-            log.warning("triton unavailable at %s (model %s): %s", self._settings.url, self._settings.model, why)
-
-    def _recovered(self) -> None:
-        if self._outage:
-            self._outage = False
-            metrics.TRITON_UP.set(1)
-            log.info("triton available again at %s (model %s)", self._settings.url, self._settings.model)
 
 
 def parse_model_info(response: Any) -> ModelInfo:
@@ -264,7 +268,7 @@ def translate(exc: InferenceServerException, settings: TritonSettings) -> Upstre
     message = str(exc.message() or exc)
     if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
         return TritonTimeoutError(f"triton did not answer within {settings.timeout_seconds:g} s")
-    if "UNAVAILABLE" in status or "unknown model" in message or "not ready" in message:
+    if "UNAVAILABLE" in status or any(text in message for text in UNAVAILABLE_MESSAGES):
         return TritonUnavailableError()
     if "INVALID_ARGUMENT" in status:
         return TritonInvalidInputError(message.removeprefix("in ensemble 'bge', "))

@@ -58,6 +58,14 @@ class AgingClient:
             if generation.replaced and generation.calls == 0:
                 self._close_later(generation)
 
+    def retire(self) -> None:
+        """Hand out no client any more: the current one is closed when its last call ends (its address is gone)."""
+        current = self._current
+        current.replaced = True
+        self._max_age = 0.0
+        if current.calls == 0:
+            self._close_later(current)
+
     async def aclose(self) -> None:
         """Close every client now (calls still in flight are cancelled), and wait for those being closed."""
         generations, self._open = list(self._open), set()

@@ -56,7 +56,8 @@ class CountingOpener:
         self.url = url
         self.opened = 0
 
-    def __call__(self) -> grpcaio.InferenceServerClient:
+    def __call__(self, address: str | None = None) -> grpcaio.InferenceServerClient:
+        assert address in (None, self.url)
         self.opened += 1
         return grpcaio.InferenceServerClient(self.url, channel_args=CHANNEL_ARGS)
 
