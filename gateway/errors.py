@@ -52,7 +52,7 @@ class GatewayError(Exception):
     ) -> None:
         """`message` is the client's; `detail` (a driver's exception, which may name hosts and paths) only
         the operator's: it is logged where the error is answered, and `str()` includes it."""
-        message = shorten(message)
+        message = encodable(shorten(message))
         super().__init__(f"{message}: {detail}" if detail else message)
         self.message = message
         self.detail = detail
@@ -150,6 +150,16 @@ def shorten(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return f"{message[:limit]}... ({len(message) - limit} more characters)"
 
 
+def encodable(text: str) -> str:
+    """`text` with what UTF-8 cannot encode (a lone surrogate quoted from the client's JSON) written as its escape
+    (`\\ud800`): an error answer is encoded as UTF-8, and must not itself fail."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def without_secret(message: str, secret: SecretStr | None) -> str:
     """An upstream's message with our key replaced by ***, should the upstream echo it."""
     value = secret.get_secret_value() if secret is not None else ""
@@ -157,7 +167,9 @@ def without_secret(message: str, secret: SecretStr | None) -> str:
 
 
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    """The OpenAI error shape; the message and param made `encodable`, whatever they quote."""
+    param = encodable(param) if param is not None else None
+    return {"error": {"message": encodable(message), "type": type_, "param": param, "code": code}}
 
 
 async def _gateway_error(request: Request, exc: Exception) -> JSONResponse:

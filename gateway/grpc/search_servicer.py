@@ -1,11 +1,13 @@
 """`gateway.v1.Search`: the REST API's /v1/collections over gRPC, calling the same `SearchService` methods.
 
-Metadata and filters arrive as JSON text and are validated with the REST wire models, so both front ends
-refuse the same input with the same message. Errors are mapped by the interceptor.
+Metadata and filters arrive as JSON text, read as REST reads a body (NaN, infinities and lone surrogates
+included, to be refused by name), and are validated with the REST wire models and checks, at the place they have
+in the REST body: both front ends refuse the same input with the same message. Errors are mapped by the interceptor.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, TypeVar
@@ -17,7 +19,9 @@ from pydantic import BaseModel, ValidationError
 from gateway.errors import InvalidRequestError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.grpc.servicer import first_error
+from gateway.protocol.base import MAX_NESTING_DEPTH, check_json
 from gateway.protocol.search import DocumentIn
+from gateway.protocol.unicode import dotted, printable
 from gateway.search.documents import Collection, Document
 from gateway.services.search import NewDocument, SearchService
 from gateway.services.search_reindex import public_progress
@@ -35,6 +39,7 @@ class SearchServicer:
     ) -> pb.SearchCollection:
         instruction = request.query_instruction if request.HasField("query_instruction") else None
         metadata = json_object(request.metadata_json, "metadata_json")
+        check_body({"metadata": metadata})
         return collection_message(await self._service.create_collection(request.name, instruction, metadata))
 
     async def ListCollections(
@@ -57,7 +62,9 @@ class SearchServicer:
     async def UpsertDocuments(
         self, request: pb.UpsertDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.UpsertDocumentsResponse:
-        documents = [new_document(index, d) for index, d in enumerate(request.documents)]
+        raw = [document_fields(d) for d in request.documents]
+        check_body({"documents": raw})
+        documents = [new_document(index, fields) for index, fields in enumerate(raw)]
         result = await self._service.upsert(request.collection, documents, use_cache=not request.no_cache)
         truncated = set(result.truncated)
         return pb.UpsertDocumentsResponse(
@@ -80,16 +87,20 @@ class SearchServicer:
         self, request: pb.DeleteDocumentsRequest, context: grpc.aio.ServicerContext
     ) -> pb.DocumentsDeleted:
         where = json_object(request.filter_json, "filter_json")
+        check_body({"filter": where})
         ids = list(request.ids) if request.ids or where is None else None
         return pb.DocumentsDeleted(deleted=await self._service.delete_documents(request.collection, ids, where))
 
     async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchResponse:
+        where = json_object(request.filter_json, "filter_json")
+        min_score = request.min_score if request.HasField("min_score") else None
+        check_body({"filter": where, "min_score": min_score})
         result = await self._service.search(
             request.collection,
             request.query,
             top_k=request.top_k or 10,
-            where=json_object(request.filter_json, "filter_json"),
-            min_score=request.min_score if request.HasField("min_score") else None,
+            where=where,
+            min_score=min_score,
             use_cache=not request.no_cache,
         )
         context.set_trailing_metadata((("x-cache", "hit" if result.cached else "miss"),))
@@ -138,21 +149,38 @@ def reindex_message(task: Task) -> pb.ReindexTask:
 
 
 def json_object(text: str, field: str) -> dict[str, Any] | None:
-    """The JSON object in `text`; None when it is empty."""
+    """The JSON object in `text`; None when it is empty. Read as FastAPI reads a REST body (the standard
+    library's parser), so `check_body` names the field holding a NaN or a lone surrogate, as REST does."""
     if not text:
         return None
     try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
+        value = json.loads(text)
+    except ValueError as exc:
         raise InvalidRequestError(f"{field} is not valid JSON: {exc}", param=field) from None
+    except RecursionError:  # the parser's own stack: far past the limit the checks below name
+        raise InvalidRequestError(
+            f"{field}: nested deeper than the maximum of {MAX_NESTING_DEPTH} levels", param=field
+        ) from None
     if not isinstance(value, dict):
         raise InvalidRequestError(f"{field} must be a JSON object", param=field)
     return value
 
 
-def new_document(index: int, message: pb.DocumentInput) -> NewDocument:
+def check_body(body: dict[str, Any]) -> None:
+    """The REST body's checks (`RequestModel`: nesting depth, lone surrogates, NaN and infinities) on the fields
+    as the REST body would hold them, so the messages name the same place."""
+    path = check_json(body)
+    if path is not None:
+        raise InvalidRequestError(f"{printable(dotted(path))}: Input should be a finite number", param=str(path[0]))
+
+
+def document_fields(message: pb.DocumentInput) -> dict[str, Any]:
     raw = {"id": message.id, "text": message.text, "metadata": json_object(message.metadata_json, "metadata_json")}
-    parsed = validated(DocumentIn, {k: v for k, v in raw.items() if v is not None}, f"documents[{index}]")
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def new_document(index: int, fields: dict[str, Any]) -> NewDocument:
+    parsed = validated(DocumentIn, fields, f"documents[{index}]")
     return NewDocument(parsed.id, parsed.text, dict(parsed.metadata))
 
 

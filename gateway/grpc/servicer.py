@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from gateway.auth import caller_identity
 from gateway.errors import InvalidRequestError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
+from gateway.protocol.base import MAX_NESTING_DEPTH
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest
 from gateway.services.chat import CacheResult
@@ -105,6 +106,8 @@ def parse_chat_body(body_json: str) -> dict[str, Any]:
     except ValidationError as exc:
         location, message = first_error(exc)
         raise InvalidRequestError(f"body_json: {location}: {message}" if location else message) from None
+    except InvalidRequestError as exc:  # the body's own checks (nesting, lone surrogates), named within body_json
+        raise InvalidRequestError(f"body_json: {exc.message}", param=exc.param) from None
     return request.model_dump(exclude_unset=True)
 
 
@@ -188,6 +191,9 @@ def video_options(options_json: str) -> dict[str, Any]:
         options = json.loads(options_json)
     except ValueError as exc:
         message = f"options_json: expected a JSON object, got invalid JSON ({exc})"
+        raise InvalidRequestError(message, param="options_json") from None
+    except RecursionError:  # the parser's own stack: far past the limit the request model names
+        message = f"options_json: nested deeper than the maximum of {MAX_NESTING_DEPTH} levels"
         raise InvalidRequestError(message, param="options_json") from None
     if not isinstance(options, dict):
         message = f"options_json: expected a JSON object, got {json_type(options)}"

@@ -8,9 +8,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from gateway.keys.model import KeyLimits, Scope
+from gateway.protocol.base import RequestModel
 
 
-class CreateKeyRequest(BaseModel):
+class CreateKeyRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200, description="What the key is for, e.g. 'search-prod'.")
@@ -51,7 +52,7 @@ class DeletedKey(BaseModel):
     deleted: Literal[True] = True
 
 
-class TeamLimitsRequest(BaseModel):
+class TeamLimitsRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     limits: KeyLimits

@@ -7,12 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
+from gateway.protocol.base import RequestModel
 from gateway.protocol.video import TaskErrorObject
 
 MetadataValue = str | StrictInt | StrictFloat | bool | list[str]
 
 
-class CollectionRequest(BaseModel):
+class CollectionRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="^[A-Za-z][A-Za-z0-9_-]{0,62}$, unique.")
@@ -71,7 +72,7 @@ class CollectionDeleted(BaseModel):
     deleted: Literal[True] = True
 
 
-class DocumentIn(BaseModel):
+class DocumentIn(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(description="The client's id, 1 to 256 characters; the same id replaces the document.")
@@ -82,7 +83,7 @@ class DocumentIn(BaseModel):
     )
 
 
-class UpsertRequest(BaseModel):
+class UpsertRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     documents: list[DocumentIn] = Field(description="1 to 1,000 documents.")
@@ -120,7 +121,7 @@ class DocumentDeleted(BaseModel):
     deleted: Literal[True] = True
 
 
-class DeleteDocumentsRequest(BaseModel):
+class DeleteDocumentsRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     ids: list[str] | None = Field(None, description="Documents to delete (at most 1,000); unknown ids are skipped.")
@@ -132,7 +133,7 @@ class DocumentsDeleted(BaseModel):
     deleted: int = Field(description="How many documents were deleted.")
 
 
-class SearchRequest(BaseModel):
+class SearchRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(description="Embedded with the collection's query instruction.")

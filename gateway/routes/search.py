@@ -33,6 +33,7 @@ from gateway.protocol.search import (
 from gateway.protocol.video import TaskErrorObject
 from gateway.routes import include
 from gateway.routes.cache_control import cache_allowed
+from gateway.routes.nesting import NestingLimitedRoute
 from gateway.routes.task_events import EVENTS_RESPONSE, task_events
 from gateway.search.documents import Collection, Document
 from gateway.services.search import NewDocument, SearchResult, SearchService
@@ -52,7 +53,8 @@ async def search_enabled(request: Request) -> None:
     search_service(request).check_enabled()
 
 
-router = APIRouter(tags=["search"], dependencies=[Depends(search_enabled)])
+# Bodies nested past the limit are refused by name before they are parsed (filters and metadata are free-form).
+router = APIRouter(tags=["search"], dependencies=[Depends(search_enabled)], route_class=NestingLimitedRoute)
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 429, 503, 504)

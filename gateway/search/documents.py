@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
@@ -18,6 +19,9 @@ COLLECTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 MAX_ID_CHARS = 256
 MAX_METADATA_FIELDS = 64
 MAX_METADATA_STRING_CHARS = 4096
+# Numbers are stored as JSON; integers as 64-bit signed ones (Milvus, Qdrant), so their range is refused beyond.
+MIN_METADATA_INT = -(2**63)
+MAX_METADATA_INT = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -96,25 +100,51 @@ def check_document_id(document_id: str, where: str = "id") -> None:
 def check_metadata(metadata: dict[str, Any], where: str) -> Metadata:
     """`metadata` as stored: a flat object of strings, numbers, booleans and lists of strings."""
     if len(metadata) > MAX_METADATA_FIELDS:
-        raise InvalidRequestError(f"{where}: at most {MAX_METADATA_FIELDS} metadata fields", param="metadata")
+        raise InvalidRequestError(
+            f"{where}: at most {MAX_METADATA_FIELDS} metadata fields, got {len(metadata)}", param="metadata"
+        )
     for key, value in metadata.items():
         check_field_name(key, f"{where}.{key}")
-        if not _is_value(value):
-            raise InvalidRequestError(
-                f"{where}.{key}: metadata values are strings, numbers, booleans or lists of strings, "
-                f"got {type(value).__name__}",
-                param="metadata",
-            )
+        if (problem := _value_problem(value, f"{where}.{key}")) is not None:
+            raise InvalidRequestError(problem, param="metadata")
     return metadata
 
 
-def _is_value(value: object) -> bool:
+def _value_problem(value: object, where: str) -> str | None:
+    """What is wrong with one metadata value, said as `<where>: <expected> ... <got>`; None when it is fine."""
     if isinstance(value, str):
-        return len(value) <= MAX_METADATA_STRING_CHARS
-    if isinstance(value, bool | int):
-        return not isinstance(value, int) or isinstance(value, bool) or abs(value) < 2**63
+        return _string_problem(value, where)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        if MIN_METADATA_INT <= value <= MAX_METADATA_INT:
+            return None
+        return f"{where}: integer {value} out of range [-2**63, 2**63-1]"
     if isinstance(value, float):
-        return value == value and abs(value) != float("inf")
+        return None if math.isfinite(value) else f"{where}: number {value} is not finite"
     if isinstance(value, list):
-        return all(isinstance(item, str) and len(item) <= MAX_METADATA_STRING_CHARS for item in value)
-    return False
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                return f"{where}[{index}]: lists in metadata hold strings only, got {_json_type(item)}"
+            if (problem := _string_problem(item, f"{where}[{index}]")) is not None:
+                return problem
+        return None
+    return f"{where}: metadata values are strings, numbers, booleans or lists of strings, got {_json_type(value)}"
+
+
+def _string_problem(text: str, where: str) -> str | None:
+    if len(text) <= MAX_METADATA_STRING_CHARS:
+        return None
+    return f"{where}: string of {len(text):,} characters > maximum {MAX_METADATA_STRING_CHARS:,}"
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, dict):
+        return "an object"
+    return "a list" if isinstance(value, list) else "a string" if isinstance(value, str) else type(value).__name__

@@ -26,6 +26,7 @@ FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 RANGE_OPERATORS = ("$gt", "$gte", "$lt", "$lte")
 MAX_DEPTH = 8
 MAX_CONDITIONS = 64
+MIN_INT, MAX_INT = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def check_field_name(name: str, where: str) -> None:
 
 def _parse(raw: object, where: str, counter: list[int], depth: int) -> Filter:
     if depth > MAX_DEPTH:
-        raise _error(where, f"filters nest at most {MAX_DEPTH} levels deep")
+        raise _error(where, f"filters nest at most {MAX_DEPTH} levels of $and/$or, got {depth}")
     if not isinstance(raw, dict) or not raw:
         raise _error(where, f"a filter is a non-empty JSON object, got {_json_type(raw)}")
     parts: list[Filter] = []
@@ -116,6 +117,7 @@ def _field(field: str, value: object, where: str, counter: list[int]) -> list[Fi
 
 def _compare(field: str, op: Comparison, value: object, where: str, counter: list[int]) -> Compare:
     _count(counter, where)
+    _check_range(value, where)
     if op in RANGE_OPERATORS:
         if not _is_number(value):
             raise _error(where, f"{op} compares with a number, got {_json_type(value)}")
@@ -133,6 +135,7 @@ def _member(field: str, op: Membership, value: object, where: str, counter: list
     for index, item in enumerate(value):
         if not _is_scalar(item):
             raise _error(f"{where}[{index}]", f"{op} values are strings, numbers or booleans, got {_json_type(item)}")
+        _check_range(item, f"{where}[{index}]")
     return Member(field, op, tuple(value))
 
 
@@ -140,6 +143,12 @@ def _count(counter: list[int], where: str) -> None:
     counter[0] += 1
     if counter[0] > MAX_CONDITIONS:
         raise _error(where, f"a filter holds at most {MAX_CONDITIONS} conditions")
+
+
+def _check_range(value: object, where: str) -> None:
+    """Integers are compared as 64-bit ones, as metadata keeps them (a larger one is not even a float)."""
+    if isinstance(value, int) and not isinstance(value, bool) and not MIN_INT <= value <= MAX_INT:
+        raise _error(where, f"integer {value} out of range [-2**63, 2**63-1]")
 
 
 def _is_number(value: object) -> bool:
