@@ -17,8 +17,9 @@ from gateway.protocol.keys import (
 )
 from gateway.protocol.openai import ErrorResponse
 from gateway.routes import include
+from gateway.routes.nesting import NestingLimitedRoute
 
-router = APIRouter()
+router = APIRouter(route_class=NestingLimitedRoute)
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 429, 503)}
 

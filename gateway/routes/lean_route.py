@@ -23,6 +23,8 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from starlette.types import Receive, Scope, Send
 
+from gateway.routes.nesting import check_nesting
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -53,6 +55,7 @@ def parse_body(raw: bytes, content_type: str | None, model: type[M]) -> M:
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:  # read again as FastAPI reads it: its errors, and what it accepts beyond
+            check_nesting(raw)  # (orjson stops at 1,024 levels, where the standard library's parser recurses)
             data = _stdlib_json(raw)  # RFC 8259 (NaN, numbers beyond 64 bits, lone surrogates, UTF-16)
     try:
         return model.model_validate(data, from_attributes=True)

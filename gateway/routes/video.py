@@ -10,13 +10,14 @@ from gateway.keys.middleware import gatekeeper, request_key
 from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
 from gateway.routes import include
+from gateway.routes.nesting import NestingLimitedRoute
 from gateway.routes.task_events import EVENTS_RESPONSE, task_events
 from gateway.services.video import VideoService, public_task
 from gateway.tasks.model import Task
 from gateway.usage.hooks import record_usage_durably
 from gateway.usage.record import video_usage
 
-router = APIRouter()
+router = APIRouter(route_class=NestingLimitedRoute)
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 429, 503)}
 

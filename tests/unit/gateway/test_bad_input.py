@@ -170,12 +170,13 @@ def test_bodies_nested_past_the_limit_are_refused_naming_the_field(
     assert error["param"] == param
 
 
+@pytest.mark.parametrize("path", [SEARCH, CHAT, "/v1/images/generations", "/v1/admin/keys"])
 @pytest.mark.parametrize("depth", [1000, 100_000])
 def test_bodies_nested_past_what_the_parser_can_read_are_refused_naming_the_field(
-    client: TestClient, depth: int
+    client: TestClient, depth: int, path: str
 ) -> None:
     body = f'{{"query": "hi", "filter": {{"a\\u00e9": [0, {{"b": [1, 2, {deep(depth)}]}}]}}}}'
-    error = post(client, SEARCH, body)
+    error = post(client, path, body)
     where = "filter.a\u00e9[1].b[2]" + "[0]" * (MAX_NESTING_DEPTH - 5)
     assert (error["message"], error["param"]) == (
         f"{where}: nested deeper than the maximum of {MAX_NESTING_DEPTH} levels",
