@@ -124,6 +124,7 @@ demo: $(EXPORTED) $(PROTO_OUT) ## start the stack with the Hunyuan and Pika simu
 	HUNYUAN_BASE_URL=http://127.0.0.1:$(SIMULATOR_PORT)/v1 HUNYUAN_API_KEY=demo-upstream-key \
 	PIKA_BASE_URL=http://127.0.0.1:$(PIKA_SIMULATOR_PORT) PIKA_API_KEY=demo-pika-key \
 	PIKA_WEBHOOK_JWKS_URL=http://127.0.0.1:$(PIKA_SIMULATOR_PORT)/.well-known/jwks.json \
+	PIKA_PLATFORM_URL=http://127.0.0.1:$(PIKA_SIMULATOR_PORT) \
 	GATEWAY_PUBLIC_URL=http://127.0.0.1:$(GATEWAY_HTTP_PORT) $(MAKE) --no-print-directory up
 	$(PY) examples/demo.py
 	@echo "the stack keeps running: try http://127.0.0.1:$(GATEWAY_HTTP_PORT)/docs; 'make down' stops it"

@@ -78,6 +78,12 @@ SEARCH_STORE_LATENCY = Histogram(
 SEARCH_STORE_ERRORS = Counter(
     "gateway_search_store_errors_total", "Failed vector store calls (answered 503).", ["store", "operation"]
 )
+REINDEX_SCAN_FAILURES = Counter(
+    "gateway_reindex_scan_failures_total",
+    "Scans for re-index jobs that failed (the next scan tries again), by reason: store (the job store did not "
+    "answer) | internal (any other exception, logged with its traceback).",
+    ["reason"],
+)
 
 LLM_CALLS = Counter(
     "gateway_llm_upstream_calls_total",
@@ -120,6 +126,12 @@ REDIS_POOL_BUSY = Counter(
     "gateway_redis_pool_busy_total",
     "Redis calls that failed because every pooled connection stayed in use for the call's timeout (not counted "
     "as a Redis outage).",
+)
+REDIS_CALL_FAILURES = Counter(
+    "gateway_redis_call_failures_total",
+    "Redis calls of the gateway's users that got no answer, by client and reason: timeout (fails alone; a health "
+    "PING follows) | pool_busy (fails alone) | connection (refused or reset: opens the circuit).",
+    ["client", "reason"],
 )
 BREAKER_STATE = Gauge("gateway_llm_breaker_open", "1 while a model's circuit breaker is open.", ["model"])
 HOST_BREAKER_STATE = Gauge(

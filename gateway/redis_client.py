@@ -5,18 +5,24 @@ store answers 503); what they share is how the client is built: a bounded pool, 
 socket operation (connect and pool wait included), and at most one immediate reconnect. redis-py's default
 retries (exponential back-off, timeouts included) would turn a hung Redis into seconds of latency per call.
 
-They also share one `RedisCircuit` through one `RedisConnection`: a Redis that does not answer (a timeout, a
-refused or dropped connection) is treated as down by every user at once. For `backoff_seconds` calls are skipped
-without touching the network (`RedisSkippedError`, one of `REDIS_FAILURES`); then one PING, the probe, goes in the
-background (when the window ends, whether or not calls come) while calls are still skipped; it closes the circuit
-or opens it for another window. So a frozen Redis costs one call's deadline to the requests already waiting on it
-when it froze, not a timeout to every request (and none per window), and the outage is logged once when it starts
-and once when it ends.
+They also share one `RedisCircuit` through one `RedisConnection`: a Redis that does not answer is treated as down
+by every user at once. For `backoff_seconds` calls are skipped without touching the network (`RedisSkippedError`,
+one of `REDIS_FAILURES`); then one PING, the probe, goes in the background (when the window ends, whether or not
+calls come) while calls are still skipped; it closes the circuit or opens it for another window. So a frozen Redis
+costs one call's deadline to the requests already waiting on it when it froze, not a timeout to every request (and
+none per window), and the outage is logged once when it starts and once when it ends.
 
-A call that found no free connection in the pool within its timeout (`RedisPoolBusyError`) fails alone and says
-nothing about Redis: the calls holding the connections are bounded by their own timeouts and give the circuit its
-verdict if Redis hangs, while a healthy Redis behind a process too busy to read its answers in time must not be
-skipped by every user.
+What opens the circuit:
+
+- a connection error (refused, reset, closed by Redis): Redis is down, at once;
+- a health PING that times out while this process's event loop kept running on time (`_LoopWatch`): Redis itself
+  does not answer (SIGSTOP, a hung node, a partition).
+
+What does not: a user's call that times out, or finds no free connection in the pool within its timeout
+(`RedisPoolBusyError`), fails alone (counted in `gateway_redis_call_failures_total{reason}`) and starts that
+health PING in the background (one at a time). A process starved of CPU reads its answers late: its calls time
+out and its pool empties although Redis answers, so such a call is no verdict on Redis; the PING is, unless the
+event loop itself stalled while it waited (then it is no verdict either, and the next timeout sends another).
 
 The URL may hold a password: it is never put into messages or logs.
 """
@@ -44,9 +50,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 REDIS_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
-# Failures that say Redis does not answer (as opposed to answering with an error, e.g. a script's): they open
-# the circuit.
+# Failures that say Redis did not answer a call (as opposed to answering with an error, e.g. a script's).
 OUTAGES = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
+# The part of OUTAGES that may be this process's fault (starved of CPU, it read the answer too late): a user's call
+# that times out fails alone; only a health PING's timeout on a loop that ran on time opens the circuit.
+TIMEOUTS = (RedisTimeoutError, asyncio.TimeoutError)
 
 # Connections per client, shared by every Redis user of the process. Requests queue for one of these instead
 # of opening a socket each: a burst of hundreds of concurrent connects would itself time out on a busy host.
@@ -101,9 +109,10 @@ class CircuitState(str, Enum):
 
 
 class RedisCircuit:
-    """closed --(timeout or connection error)--> open --(`backoff_seconds`, then `admit_probe`)--> probing --(its
-    success)--> closed, or --(its failure)--> open. Only `admit_probe` calls may probe; `admit` calls are skipped
-    until the circuit is closed. A probe abandoned without a verdict (cancelled) lets the next one probe at once.
+    """closed --(connection error, or a health PING's timeout)--> open --(`backoff_seconds`, then `admit_probe`)-->
+    probing --(its success)--> closed, or --(its failure)--> open. Only `admit_probe` calls may probe; `admit` calls
+    are skipped until the circuit is closed. A probe abandoned without a verdict (cancelled) lets the next one probe
+    at once.
 
     Logs one WARNING when it opens and one INFO when it closes again; `gateway_redis_circuit_open{client}` is 1
     while calls are skipped."""
@@ -226,16 +235,30 @@ class RedisConnection:
             raise
         return await self._guarded(command)
 
-    async def _guarded(self, command: Callable[[], Awaitable[T]]) -> T:
-        """Run an admitted call within its deadline and give the circuit its verdict."""
+    async def _guarded(self, command: Callable[[], Awaitable[T]], watch: _LoopWatch | None = None) -> T:
+        """Run an admitted call within its deadline and give the circuit its verdict. `watch` is given for a
+        health PING alone: only its timeout may open the circuit (see the module's docstring)."""
         try:
             async with asyncio.timeout(2 * self.timeout_seconds):
                 result = await command()
-        except OUTAGES as exc:
+        except TIMEOUTS as exc:
+            if watch is None:  # a user's call: maybe this process was too slow to read the answer
+                self._count("timeout")
+                self._check_in_background()
+            elif self.circuit.closed and watch.stalled_for() > self.timeout_seconds / 2:
+                log.debug("Redis health PING timed out while the event loop stalled %.3f s", watch.stalled_for())
+            else:
+                self.circuit.failed(exc)
+                self._probe_after_the_window()
+            raise
+        except OUTAGES as exc:  # refused, reset, closed: Redis is down whoever called
+            if watch is None:
+                self._count("connection")
             self.circuit.failed(exc)
             self._probe_after_the_window()
             raise
         except RedisPoolBusyError:
+            self._count("pool_busy")
             self.circuit.abandoned()  # no verdict on Redis: the calls holding the connections will give one
             raise
         except RedisError:
@@ -246,6 +269,9 @@ class RedisConnection:
             raise
         self.circuit.succeeded()
         return result
+
+    def _count(self, reason: str) -> None:
+        metrics.REDIS_CALL_FAILURES.labels(client=self.circuit.name, reason=reason).inc()
 
     def known_up(self) -> bool:
         """Whether Redis answered last time, without waiting on it; a PING in the background refreshes that
@@ -278,4 +304,34 @@ class RedisConnection:
     async def _ping(self) -> None:
         with suppress(*REDIS_FAILURES):  # the circuit has noted it
             self.circuit.admit_probe()
-            await self._guarded(self.client.ping)
+            watch = _LoopWatch()
+            try:
+                await self._guarded(self.client.ping, watch)
+            finally:
+                watch.stop()
+
+
+class _LoopWatch:
+    """How late the event loop ran a callback that asks to run every `interval` s, while a health PING waits:
+    a PING that timed out while the loop itself stalled (a process starved of CPU) says nothing about Redis.
+    A callback, not a task: a few microseconds per beat, and only while a PING is out."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._interval = interval
+        self._last = self._loop.time()
+        self._worst = 0.0
+        self._handle = self._loop.call_later(interval, self._beat)
+
+    def _beat(self) -> None:
+        now = self._loop.time()
+        self._worst = max(self._worst, now - self._last - self._interval)
+        self._last = now
+        self._handle = self._loop.call_later(self._interval, self._beat)
+
+    def stalled_for(self) -> float:
+        """The longest the loop ran this watch's callback late, seconds, the wait going on now included."""
+        return max(self._worst, self._loop.time() - self._last - self._interval)
+
+    def stop(self) -> None:
+        self._handle.cancel()

@@ -25,11 +25,13 @@ import asyncio
 import dataclasses
 import logging
 import math
+import random
 import time
 from collections.abc import AsyncGenerator
 from functools import partial
 from typing import Any
 
+from gateway import metrics
 from gateway.background import cancel_and_wait
 from gateway.errors import ConflictError, GatewayError, NotFoundError, UpstreamUnavailableError
 from gateway.search.documents import Collection
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 PAGE_DOCUMENTS = 64  # documents re-embedded and written per step (and per saved cursor)
 RETRY_SECONDS = (0.5, 10.0)  # first and longest pause while Triton or the store is unavailable
 JOB_DEADLINE_SECONDS = 30 * 24 * 3600.0  # a job has no deadline of its own; the task record wants one
+
+_jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
 
 
 class ReindexJobs:
@@ -134,26 +138,43 @@ class ReindexJobs:
             self._running[task.id] = asyncio.create_task(self._run(task.id))
 
     async def _scan_forever(self) -> None:
-        failing = False  # logged when scans start failing, not at every scan
+        """Scan until cancelled: a failed scan, whatever it raised, is counted and left to the next one (an
+        exception let out here would end the scans, and with them every re-index, until a restart)."""
+        failing: str | None = None  # the reason of the failures going on, logged when they start
         # A Redis outage is logged once by the Redis circuit, for all its users.
         outage_logged_elsewhere = isinstance(self._tasks, RedisTaskStore)
         last_purge = float("-inf")
         while True:
             try:
-                for task in await self._tasks.due(math.inf):  # the job store holds re-index jobs only
-                    if task.id not in self._running:
-                        lease = self._lease(str(task.arguments["collection"]))
-                        if await self._tasks.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
-                            self._launch(task)
-                if (now := time.time()) - last_purge >= PURGE_EVERY_SECONDS:
-                    last_purge = now
-                    await self._tasks.purge_expired(now)
-                failing = False
+                last_purge = await self._scan_once(last_purge)
+                failing = None
             except GatewayError as exc:
-                quiet = failing or outage_logged_elsewhere
+                metrics.REINDEX_SCAN_FAILURES.labels(reason="store").inc()
+                quiet = failing == "store" or outage_logged_elsewhere
                 log.log(logging.DEBUG if quiet else logging.WARNING, "scanning re-index jobs failed: %s", exc)
-                failing = True
-            await asyncio.sleep(self._scan_interval)
+                failing = "store"
+            except Exception:  # a bug: logged with its traceback once, and the next scan tries again
+                metrics.REINDEX_SCAN_FAILURES.labels(reason="internal").inc()
+                if failing == "internal":
+                    log.debug("scanning re-index jobs failed again", exc_info=True)
+                else:
+                    log.exception("scanning re-index jobs failed; retrying at each scan")
+                failing = "internal"
+            # Jittered like the video scan: replicas started together do not scan (and race for leases) in step.
+            await asyncio.sleep(self._scan_interval * _jitter.uniform(0.8, 1.2))
+
+    async def _scan_once(self, last_purge: float) -> float:
+        """Launch the due jobs whose lease this replica takes; purge expired ones when due. Returns when it last
+        purged."""
+        for task in await self._tasks.due(math.inf):  # the job store holds re-index jobs only
+            if task.id not in self._running:
+                lease = self._lease(str(task.arguments["collection"]))
+                if await self._tasks.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
+                    self._launch(task)
+        if (now := time.time()) - last_purge >= PURGE_EVERY_SECONDS:
+            await self._tasks.purge_expired(now)
+            return now
+        return last_purge
 
     async def _run(self, task_id: str) -> None:
         pause = RETRY_SECONDS[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -11,7 +12,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway import metrics
-from gateway.redis_client import CircuitState, RedisCircuit, RedisConnection, RedisSkippedError
+from gateway.redis_client import CircuitState, RedisCircuit, RedisConnection, RedisSkippedError, _LoopWatch
 
 
 class Clock:
@@ -132,19 +133,54 @@ async def _call_opens_on_an_outage_but_not_on_an_error_reply() -> None:
     await redis.aclose()
 
 
-def test_call_is_bounded_by_twice_the_timeout_and_counts_as_an_outage() -> None:
-    asyncio.run(_call_is_bounded_by_twice_the_timeout_and_counts_as_an_outage())
+def test_a_call_is_bounded_by_twice_the_timeout_fails_alone_and_sends_a_health_ping() -> None:
+    asyncio.run(_a_call_is_bounded_by_twice_the_timeout_fails_alone_and_sends_a_health_ping())
 
 
-async def _call_is_bounded_by_twice_the_timeout_and_counts_as_an_outage() -> None:
+async def _a_call_is_bounded_by_twice_the_timeout_fails_alone_and_sends_a_health_ping() -> None:
     redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-deadline", timeout_seconds=0.05)
+    timeouts = metrics.REDIS_CALL_FAILURES.labels(client="unit-deadline", reason="timeout")
 
     async def hangs() -> None:
         await asyncio.sleep(60)
 
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     with pytest.raises(TimeoutError):
         await redis.call(hangs)
-    assert redis.circuit.state is CircuitState.OPEN
+    assert loop.time() - started < 0.1 + 0.5  # 2 x timeout_seconds, with room for a busy host
+    assert redis.circuit.closed  # no verdict on Redis: the process may have been too slow to read its answer
+    assert timeouts._value.get() == 1
+    await asyncio.sleep(0.1)
+    assert redis.circuit.state is CircuitState.OPEN  # the health PING it sent was refused
+    await redis.aclose()
+
+
+@pytest.mark.slow  # waits out two call deadlines
+def test_a_health_ping_that_times_out_opens_the_circuit_unless_the_event_loop_stalled() -> None:
+    asyncio.run(_a_health_ping_that_times_out_opens_the_circuit_unless_the_event_loop_stalled())
+
+
+async def _a_health_ping_that_times_out_opens_the_circuit_unless_the_event_loop_stalled() -> None:
+    # The default timeout: a verdict needs the loop late by less than half of it, which a busy host allows.
+    redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-stall", timeout_seconds=0.25)
+
+    async def stalls_then_hangs() -> None:
+        time.sleep(0.6)  # the process starved of CPU: nothing on the loop runs meanwhile
+        await asyncio.sleep(60)
+
+    async def hangs() -> None:
+        await asyncio.sleep(60)
+
+    for command, opens in ((stalls_then_hangs, False), (hangs, True)):
+        watch = _LoopWatch()
+        try:
+            with pytest.raises(TimeoutError):
+                await redis._guarded(command, watch)
+        finally:
+            watch.stop()
+        assert watch.stalled_for() > 0.5 if not opens else watch.stalled_for() < 0.125
+        assert redis.circuit.state is (CircuitState.OPEN if opens else CircuitState.CLOSED)
     await redis.aclose()
 
 
