@@ -46,11 +46,14 @@ class TaskLedger:
             raise NotFoundError(f"task {task_id!r} not found (unknown, or expired after its retention)")
         return task
 
-    async def change(self, task_id: str, decide: Decision, *, known: Task | None = None) -> tuple[Task, bool]:
+    async def change(
+        self, task_id: str, decide: Decision, *, known: Task | None = None, lease: Lease | None = None
+    ) -> tuple[Task, bool]:
         """Apply `decide` to the current record until it sticks; return the record and whether it changed.
 
         `known`: the record as the caller last read it, decided on first, which saves a read when nobody
         wrote in between. A stale one loses the compare-and-set, and "no change" is only trusted on a fresh read.
+        `lease`: taken with the write that sticks, in the same step (see `TaskStore.save`); none without a write.
         """
         current = known
         for _ in range(MAX_CONFLICTS):
@@ -61,7 +64,7 @@ class TaskLedger:
             if new is None:
                 if fresh:
                     return current, False
-            elif await self._store.save(new):
+            elif await self._store.save(new, lease):
                 if new.state != current.state:
                     self._count(new)
                 return new, True

@@ -57,9 +57,13 @@ class LostJobFinder:
     def enabled(self) -> bool:
         return self._history is not None
 
+    def claim_lease(self, task_id: str, request_id: str) -> Lease:
+        """The lease that marks job `request_id` as `task_id`'s (a submit takes it with the record of its job)."""
+        return Lease(f"job:{request_id}", task_id, self._claim_seconds)
+
     async def claim(self, task_id: str, request_id: str) -> bool:
         """Mark job `request_id` as `task_id`'s (again: True); False while another task holds it."""
-        return await self._ledger.acquire_lease(Lease(f"job:{request_id}", task_id, self._claim_seconds))
+        return await self._ledger.acquire_lease(self.claim_lease(task_id, request_id))
 
     async def find(self, task: Task) -> str | None:
         """The request id of the job of `task`'s current attempt, claimed for the task; None when the history

@@ -229,9 +229,15 @@ class VideoSubmitter:
         metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="accepted").inc()
         now = self._ledger.clock()
         wait = self._config.callback_grace_seconds if callback else self._config.poll_initial_seconds
+        # The job is claimed for the task (no other task with the same arguments may adopt it from the history)
+        # with its record: one store round trip per task fewer than a claim of its own.
+        claim = self._finder.claim_lease(task.id, submission.request_id) if self._finder.enabled else None
         try:
-            stored, _ = await self._ledger.change(
-                task.id, lambda t: self._accepted(t, submission, now, wait, attempt=task.attempt), known=task
+            stored, recorded = await self._ledger.change(
+                task.id,
+                lambda t: self._accepted(t, submission, now, wait, attempt=task.attempt),
+                known=task,
+                lease=claim,
             )
         except BaseException:
             self._reaper.stop_if_untracked(task.id, submission)
@@ -240,7 +246,7 @@ class VideoSubmitter:
             # The task ended while this job was being submitted (cancel, timeout, or the webhook of an
             # earlier submission): nobody tracks this job, so stop it.
             self._reaper.cancel_job(task.id, submission.cancel_url)
-        elif self._finder.enabled:  # no other task with the same arguments may adopt it from the history
+        elif not recorded and claim is not None:  # its webhook adopted the job first: claimed on its own
             with suppress(GatewayError):  # unclaimed, it may at worst be shared: never run twice
                 await self._finder.claim(task.id, submission.request_id)
         return stored

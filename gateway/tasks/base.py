@@ -51,10 +51,13 @@ class TaskStore(Protocol):
         """The task, or None when it never existed or has expired."""
         ...
 
-    async def save(self, task: Task) -> bool:
+    async def save(self, task: Task, lease: Lease | None = None) -> bool:
         """Compare-and-set: write `task` only if the stored version is `task.version - 1`, then announce
         the change to watchers. False when another writer got there first (re-read and decide again) or
-        the task is gone. A terminal task gets its `expires_at` as expiry."""
+        the task is gone. A terminal task gets its `expires_at` as expiry.
+        `lease`: taken (or extended) for its owner in the same atomic step when the write sticks, as
+        `acquire_lease` would (left alone while another owner holds it; the write stands either way), so a
+        write and a claim that goes with it cost one round trip."""
         ...
 
     async def due(self, now: float, limit: int | None = None) -> list[Task]:

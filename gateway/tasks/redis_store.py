@@ -10,8 +10,9 @@ Keys (prefix `gateway:tasks:` by default):
 
 Check-and-write steps are Lua scripts, so they are atomic across replicas: `create` (take the idempotency key
 or return its holder; a new task's lease, if one comes with it), `save` (compare-and-set on `version`, never over
-a terminal state, then PUBLISH) and the lease scripts (only the owner renews or releases). The create script
-derives the holder's key from the prefix, so on a Redis Cluster the prefix needs a hash tag (`gateway:{tasks}:`).
+a terminal state, then PUBLISH; a lease that comes with the write is taken as the acquire script takes it) and the
+lease scripts (only the owner renews or releases). The create script derives the holder's key from the prefix, so
+on a Redis Cluster the prefix needs a hash tag (`gateway:{tasks}:`).
 
 Records expire by TTL: `unfinished_ttl_seconds` as a safety net while a task runs, then the task's
 `expires_at` once it ends (on the task key and its idempotency key). Expiry is also checked against the
@@ -105,11 +106,14 @@ class RedisTaskStore:
         task = None if record is None else _decode(record)
         return None if task is None or self._expired(task) else task
 
-    async def save(self, task: Task) -> bool:
+    async def save(self, task: Task, lease: Lease | None = None) -> bool:
         keys = self._keys(task)
         args: list[str | int] = [task.id, task.version - 1, task.version, task.state.value, _number(task.expires_at)]
         args += [task.to_json(), int(task.state.terminal), self._ttl_ms(task), self._channel, self._origin]
         args.append(repr(task.due_at))
+        if lease is not None:
+            keys.append(self._lease_key(lease.name))
+            args += [lease.owner, _ttl_ms(lease.ttl_seconds)]
         if not await self._call("save", lambda: self._save(keys=keys, args=args)):
             return False
         self._notifier.notify(task.id)  # watchers here need not wait for the round trip through Redis
@@ -315,12 +319,14 @@ return 1
 """
 ).replace("IDEM", _IDEM)
 
-# KEYS: task, due:pending, due:processing[, idem]. ARGV: id, expected version, version, state, expires_at, record,
-# terminal (1/0), ttl_ms, channel, origin, due_at. Returns 1 when written and announced ('{origin} {id}'),
-# 0 when the stored version differs, the stored task has ended, or it is gone.
+# KEYS: task, due:pending, due:processing[, idem][, lease]. ARGV: id, expected version, version, state, expires_at,
+# record, terminal (1/0), ttl_ms, channel, origin, due_at[, lease owner, lease ttl_ms]. Returns 1 when written and
+# announced ('{origin} {id}'), the lease taken unless another owner holds it; 0 when the stored version differs,
+# the stored task has ended, or it is gone (then no lease is taken).
 _SAVE_LUA = (
     _INDEX_LUA
     + f"""
+local lease = ARGV[12] and table.remove(KEYS)  -- the last key when a lease comes along; KEYS[4] is then idem's
 local terminal = {_TERMINAL_LUA}
 local stored = redis.call('HMGET', KEYS[1], 'version', 'state')
 if not stored[1] or tonumber(stored[1]) ~= tonumber(ARGV[2]) or terminal[stored[2]] then return 0 end
@@ -330,6 +336,10 @@ if ARGV[7] == '1' then
   if {_IDEM} and redis.call('GET', {_IDEM}) == ARGV[1] then redis.call('PEXPIRE', {_IDEM}, ARGV[8]) end
 end
 index(ARGV[4], ARGV[11])
+if lease then
+  local owner = redis.call('GET', lease)
+  if not owner or owner == ARGV[12] then redis.call('SET', lease, ARGV[12], 'PX', ARGV[13]) end
+end
 redis.call('PUBLISH', ARGV[9], ARGV[10] .. ' ' .. ARGV[1])
 return 1
 """

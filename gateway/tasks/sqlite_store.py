@@ -7,9 +7,9 @@ clock). A file from before due_at gets the column on open, 0 for every row: each
 The connection runs in autocommit mode: every statement is its own transaction, committed to the WAL before
 the call returns, so a process killed right after a write loses nothing and the next process on the same
 file sees it. Each check-and-write is a single statement (`INSERT … ON CONFLICT`, `UPDATE … WHERE version =
-?`), or for a new task and its lease, one explicit transaction run without a pause, so callers never
-interleave inside a transaction. WAL with synchronous=NORMAL: a crashed process loses
-nothing, a power loss may lose the last commits.
+?`), or for a write and the lease that comes with it (a new task and its submit lease, a submitted task and
+its job's claim), one explicit transaction run without a pause, so callers never interleave inside a transaction.
+WAL with synchronous=NORMAL: a crashed process loses nothing, a power loss may lose the last commits.
 
 Statements run on the event loop. Each reads or writes a few rows through an index and appends to the WAL
 in the page cache, which takes microseconds (writes the most: a commit appends every page it changed). A
@@ -145,9 +145,9 @@ class SqliteTaskStore:
         records = await self._read("get", sql, (task_id, self._clock()))
         return _decode(records[0]) if records else None
 
-    async def save(self, task: Task) -> bool:
+    async def save(self, task: Task, lease: Lease | None = None) -> bool:
         values = (task.state.value, task.version, task.expires_at, task.due_at, task.to_json(), task.id)
-        if not await self._write("save", _UPDATE, (*values, task.version - 1)):
+        if not await self._update((*values, task.version - 1), lease):
             return False
         self._notifier.notify(task.id)
         return True
@@ -192,23 +192,35 @@ class SqliteTaskStore:
             return False
 
     async def _insert(self, row: Sequence[object], lease: Lease | None) -> int:
-        """`_INSERT` of `row`, and when it inserts, `lease` taken in the same transaction (BEGIN IMMEDIATE: the
-        write lock first, so a locked file fails before anything is written and `_while_locked` tries again)."""
+        """`_INSERT` of `row`, and when it inserts, `lease` taken in the same transaction."""
+        return await self._with_lease("create", _INSERT, row, lease)
+
+    async def _update(self, values: Sequence[object], lease: Lease | None) -> int:
+        """`_UPDATE` with `values`, and when it sticks, `lease` taken in the same transaction (one commit, not
+        two: a commit appends every page it changed to the WAL, the costly part of a write)."""
+        if lease is None:
+            return await self._write("save", _UPDATE, values)
+        return await self._with_lease("save", _UPDATE, values, lease)
+
+    async def _with_lease(self, operation: str, sql: str, parameters: Sequence[object], lease: Lease | None) -> int:
+        """`sql`, and when it changes a row, `lease` taken (as `acquire_lease` takes it), in one transaction
+        (BEGIN IMMEDIATE: the write lock first, so a locked file fails before anything is written and
+        `_while_locked` tries again); the rows `sql` changed."""
         now = self._clock()
 
-        def insert(db: sqlite3.Connection) -> int:
+        def write(db: sqlite3.Connection) -> int:
             db.execute("BEGIN IMMEDIATE")
             try:
-                inserted = db.execute(_INSERT, row).rowcount
-                if inserted and lease is not None:
+                changed = db.execute(sql, parameters).rowcount
+                if changed and lease is not None:
                     db.execute(_ACQUIRE, (lease.name, lease.owner, now + lease.ttl_seconds, now))
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
-            return int(inserted)
+            return int(changed)
 
-        return await self._committed("create", insert)
+        return await self._committed(operation, write)
 
     async def _write(self, operation: str, sql: str, parameters: Sequence[object]) -> int:
         """Run one statement (its own committed transaction); the number of rows it changed."""

@@ -287,6 +287,31 @@ def test_a_lease_comes_with_a_new_task_only(backend: Backend) -> None:
     run(scenario())
 
 
+def test_a_lease_comes_with_a_save_that_sticks_and_is_left_to_another_owner(backend: Backend) -> None:
+    task = new_task(backend.clock, key="k")  # the idempotency key's holder is kept up to date alongside
+
+    async def scenario() -> None:
+        async with opened(backend.make) as one, opened(backend.make) as two:
+            assert await one.create(task) == (task, True)
+            processing = task.moved(TaskState.PROCESSING, backend.clock(), upstream_request_id="job-1")
+            assert await one.save(processing, Lease("job:job-1", task.id, 30))
+            assert not await two.acquire_lease("job:job-1", "task_other", 30)  # taken with the write
+            assert await one.acquire_lease("job:job-1", task.id, 30)  # its owner's
+            stale = task.moved(TaskState.PROCESSING, backend.clock(), upstream_request_id="job-2")
+            assert not await two.save(stale, Lease("job:job-2", task.id, 30))  # refused: no lease either
+            assert await two.acquire_lease("job:job-2", "task_other", 30)
+            polled = processing.moved(TaskState.PROCESSING, backend.clock(), polls=1)
+            assert await one.save(polled, Lease("job:job-2", task.id, 30))  # another owner's: the write stands
+            assert not await one.acquire_lease("job:job-2", task.id, 30)  # and the lease stays with its owner
+            done = ended(polled, backend.clock)
+            assert await one.save(done, Lease("job:job-3", task.id, 30))
+            assert not await two.acquire_lease("job:job-3", "task_other", 30)
+            assert await two.get(task.id) == done
+            assert await two.create(new_task(backend.clock, key="k")) == (done, False)  # still the key's holder
+
+    run(scenario())
+
+
 def test_purge_expired_removes_ended_tasks_and_frees_their_idempotency_key(backend: Backend) -> None:
     task, running = new_task(backend.clock, "key-old"), new_task(backend.clock, "key-running")
 

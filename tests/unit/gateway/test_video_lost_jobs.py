@@ -5,6 +5,7 @@ cannot be read."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from gateway.services.video_runner import VideoTaskRunner
 from gateway.services.video_steps import RunnerConfig
 from gateway.tasks.model import Task, TaskState
 from gateway.tasks.sqlite_store import SqliteTaskStore
-from gateway.upstreams.fal import VideoUnavailableError
+from gateway.upstreams.fal import FalSubmission, VideoUnavailableError
 from gateway.upstreams.fal_history import FalRequestRecord
 from gateway.upstreams.webhooks import WebhookUrls
 from tests.unit.gateway.test_video_tasks import StoreCalls, Upstream, new_task, until
@@ -188,20 +189,47 @@ def test_a_task_whose_submit_outcome_is_unknown_adopts_its_job_from_the_history_
     asyncio.run(scenario())
 
 
-def test_a_job_submitted_the_normal_way_is_claimed_by_its_task(tmp_path: Path) -> None:
-    """So that a task with equal input whose own submit was lost cannot adopt it from the history."""
+class AdoptedFirst(Upstream):
+    """Accepts the job, and before its answer gets back the job's webhook has the task adopt it (as
+    `VideoService.handle_callback` records an adoption)."""
+
+    def __init__(self, store: SqliteTaskStore) -> None:
+        super().__init__()
+        self.store = store
+
+    async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
+        submission = await super().submit(arguments, webhook_url)
+        (task,) = await self.store.due(math.inf)
+        adopted = task.moved(
+            TaskState.PROCESSING, time.time(), upstream_request_id=submission.request_id, submitting_since=None
+        )
+        assert await self.store.save(adopted)
+        return submission
+
+
+@pytest.mark.parametrize("first", ["answer", "webhook"])
+def test_a_job_submitted_the_normal_way_is_claimed_by_its_task(tmp_path: Path, first: str) -> None:
+    """So that a task with equal input whose own submit was lost cannot adopt it from the history. The claim
+    comes with the record of the job (no store call of its own); a job its webhook adopted first (that record
+    then writes nothing) is claimed on its own."""
 
     async def scenario() -> None:
         sqlite = SqliteTaskStore(tmp_path / "tasks.sqlite3")
         store = StoreCalls(sqlite)
-        runner = runner_on(store, Upstream(), History())
+        runner = runner_on(store, Upstream() if first == "answer" else AdoptedFirst(sqlite), History())
         await runner.start()
         now = time.time()
         task = new_task(arguments=ARGUMENTS, created_at=now, updated_at=now, deadline_at=now + 60)
         await store.create(task)
         runner.submitter.enqueue(task.id)
-        await until(lambda: store.calls.count("acquire_lease") >= 2)  # the submit lease, then the job's claim
+        # The submit lease, the task, the attempt, the job (after the adoption: refused, read again, no change).
+        calls = ["create", "acquire_lease", "get", "save", "save"]
+        calls += [] if first == "answer" else ["get", "acquire_lease"]
+        await until(lambda: store.calls == calls)
         await runner.aclose()
+        assert store.calls == calls
+        stored = await sqlite.get(task.id)
+        assert stored is not None and stored.state == TaskState.PROCESSING and stored.upstream_request_id == "1"
         assert not await sqlite.acquire_lease("job:1", "task_other", 10.0)
         assert await sqlite.acquire_lease("job:1", task.id, 10.0)
         await sqlite.aclose()
