@@ -255,7 +255,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             app.state.embeddings = service
             app.state.chat = await stack.enter_async_context(chat_service(settings, service, redis))
             app.state.video = await stack.enter_async_context(video_service(settings, redis))
-            vector_store = build_vector_store(settings.search)  # opens nothing yet: a bad folder degrades search
+            vector_store = build_vector_store(settings.search, redis)  # opens nothing yet: a bad folder degrades search
             jobs = None
             if vector_store is not None:
                 stack.push_async_callback(vector_store.aclose)

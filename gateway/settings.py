@@ -501,6 +501,19 @@ class SearchSettings(BaseSettings):
         description="Threads that run the store's (synchronous) calls, so they never block the event loop. More "
         "lets more searches run at once; on few cores they only queue for the CPU there instead of here.",
     )
+    milvus_flush_after_rows: int = Field(
+        1000,
+        ge=0,
+        description="Milvus: rows written to a collection (by this replica) since its last flush that make it flushed "
+        "once writes to it go quiet, so they are searched through the HNSW index rather than the lower-recall "
+        "interim index of growing segments. Each flush seals a segment and builds its index; 0: never flush.",
+    )
+    milvus_flush_quiet_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="Milvus: seconds without a write to a collection before its flush (see "
+        "SEARCH_MILVUS_FLUSH_AFTER_ROWS): a bulk ingest of many requests is flushed once, at its end.",
+    )
 
 
 class ObservabilitySettings(BaseSettings):

@@ -4,10 +4,13 @@
     gw_<name>                  one Milvus collection per collection: id (primary key), vector (HNSW, cosine),
                                text, metadata (JSON), created_at, updated_at
 
-Collection names are encoded for Milvus (`_` -> `_0`, `-` -> `_1`), which keeps them distinct. Collections
-are created with strong consistency, so a document is searchable when its upsert returns (Milvus has written it
-to its log by then). The client connects on first use, not at start, so a gateway whose Milvus is down starts
-and serves everything else; every call runs on the store's thread pool with SEARCH_MILVUS_TIMEOUT_SECONDS.
+Collection names are encoded for Milvus (`_` -> `_0`, `-` -> `_1`), which keeps them distinct. A document is
+searchable, from every replica, when its upsert returns: each read states its own consistency, from the last
+write's timestamp of its collection (`milvus_clock.py`: no wait on a collection not written to within the minute,
+at most a time tick right after a write), so collections keep the Strong level they are created with for other
+clients, old ones included. Bulk writes are flushed once they go quiet, so their rows are searched through the
+HNSW index (`milvus_flush.py`). The client connects on first use, not at start, so a gateway whose Milvus is down
+starts and serves everything else; every call runs on the store's thread pool with SEARCH_MILVUS_TIMEOUT_SECONDS.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from pydantic import SecretStr
 from pymilvus import DataType, MilvusClient
 
 from gateway.errors import InvalidRequestError
+from gateway.redis_client import RedisConnection
 from gateway.search.documents import Collection, Document, Hit, Vector
 from gateway.search.filters import Filter
+from gateway.search.milvus_clock import STRONG, ReadLevel, WriteClock
 from gateway.search.milvus_filter import literal, to_milvus
+from gateway.search.milvus_flush import QuietFlush
 from gateway.search.store import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -48,7 +54,15 @@ class MilvusStore:
     name = "milvus"
 
     def __init__(
-        self, uri: str, token: SecretStr | None, *, timeout_seconds: float = 10.0, max_threads: int = 4
+        self,
+        uri: str,
+        token: SecretStr | None,
+        *,
+        timeout_seconds: float = 10.0,
+        max_threads: int = 4,
+        redis: str | RedisConnection | None = None,
+        flush_after_rows: int = 1000,
+        flush_quiet_seconds: float = 5.0,
     ) -> None:
         self._uri = uri
         self._token = token
@@ -56,9 +70,11 @@ class MilvusStore:
         self._threads = StoreThreads(self.name, max_threads)
         self._client: MilvusClient | None = None
         self._records: dict[str, tuple[Collection, float]] = {}
+        self._clock = WriteClock(redis, uri)
+        self.flushes = QuietFlush(self._flush, min_rows=flush_after_rows, quiet_seconds=flush_quiet_seconds)
 
     async def create_collection(self, collection: Collection) -> None:
-        await self._run(self._create, collection)
+        await self._clock.wrote(CATALOG, await self._run(self._create, collection))
         self._records[collection.name] = (collection, time.monotonic() + CATALOG_TTL_SECONDS)
 
     async def collection(self, name: str) -> Collection:
@@ -66,25 +82,26 @@ class MilvusStore:
 
     async def get_collection(self, name: str) -> Collection:
         collection = await self._record(name, fresh=True)
-        return collection.counted(await self._run(self._count, milvus_name(name), ""))
+        return collection.counted(await self._counted(milvus_name(name)))
 
     async def list_collections(self) -> list[Collection]:
-        records = await self._run(self._catalog_rows, "")
+        records = await self._run(self._catalog_rows, "", await self._clock.level(CATALOG))
         counted = []
         for record in records:
             collection = Collection.from_record(record)
-            counted.append(collection.counted(await self._run(self._count, milvus_name(collection.name), "")))
+            counted.append(collection.counted(await self._counted(milvus_name(collection.name))))
         return sorted(counted, key=lambda c: c.name)
 
     async def update_collection(self, collection: Collection) -> None:
         await self._record(collection.name, fresh=True)
-        await self._run(self._write_record, collection)
+        await self._clock.wrote(CATALOG, await self._run(self._write_record, collection))
         self._records[collection.name] = (collection, time.monotonic() + CATALOG_TTL_SECONDS)
 
     async def delete_collection(self, name: str) -> None:
         await self._record(name, fresh=True)
         self._records.pop(name, None)
-        await self._run(self._drop, name)
+        self.flushes.forget(milvus_name(name))
+        await self._clock.wrote(CATALOG, await self._run(self._drop, name))
 
     async def upsert(self, name: str, documents: Sequence[DocumentWrite], now: int) -> None:
         for index, document in enumerate(documents):
@@ -94,37 +111,58 @@ class MilvusStore:
                     param="documents",
                 )
         await self._record(name)
-        await self._run(self._upsert, milvus_name(name), documents, now)
+        target = milvus_name(name)
+        await self._clock.wrote(
+            target, await self._run(self._upsert, target, documents, now, await self._clock.level(target))
+        )
+        self.flushes.wrote(target, len(documents))
 
     async def get_documents(self, name: str, ids: Sequence[str]) -> list[Document]:
         await self._record(name)
-        rows = await self._run(self._get, milvus_name(name), list(ids), FIELDS)
+        target = milvus_name(name)
+        rows = await self._run(self._get, target, list(ids), FIELDS, await self._clock.level(target))
         return [document(row) for row in rows]
 
     async def delete_documents(self, name: str, ids: Sequence[str]) -> int:
         await self._record(name)
-        return await self._run(self._delete_ids, milvus_name(name), list(ids))
+        target = milvus_name(name)
+        deleted, timestamp = await self._run(self._delete_ids, target, list(ids), await self._clock.level(target))
+        await self._clock.wrote(target, timestamp)
+        return deleted
 
     async def delete_matching(self, name: str, where: Filter) -> int:
         await self._record(name)
-        return await self._run(self._delete_filter, milvus_name(name), to_milvus(where))
+        target = milvus_name(name)
+        deleted, timestamp = await self._run(
+            self._delete_filter, target, to_milvus(where), await self._clock.level(target)
+        )
+        await self._clock.wrote(target, timestamp)
+        return deleted
 
     async def scroll(self, name: str, after: str | None, limit: int) -> tuple[list[Document], str | None]:
         await self._record(name)
-        rows = await self._run(self._page, milvus_name(name), after, limit)
+        target = milvus_name(name)
+        rows = await self._run(self._page, target, after, limit, await self._clock.level(target))
         following = rows[-1]["id"] if len(rows) == limit else None
         return [document(row) for row in rows], following
 
     async def set_vectors(self, name: str, vectors: dict[str, Vector]) -> None:
         await self._record(name)
-        await self._run(self._set_vectors, milvus_name(name), vectors)
+        target = milvus_name(name)
+        await self._clock.wrote(
+            target, await self._run(self._set_vectors, target, vectors, await self._clock.level(target))
+        )
+        self.flushes.wrote(target, len(vectors))
 
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
         await self._record(name)
+        target = milvus_name(name)
         expression = to_milvus(where) if where is not None else ""
-        rows = await self._run(self._search, milvus_name(name), vector.tolist(), top_k, expression)
+        rows = await self._run(
+            self._search, target, vector.tolist(), top_k, expression, await self._clock.level(target)
+        )
         hits = [
             Hit(r["entity"]["id"], float(r["distance"]), r["entity"]["text"], r["entity"]["metadata"]) for r in rows
         ]
@@ -138,6 +176,8 @@ class MilvusStore:
         return True
 
     async def aclose(self) -> None:
+        await self.flushes.aclose()
+        await self._clock.aclose()
         if self._client is not None:
             await self._run(self._client.close)
         self._threads.shutdown()
@@ -146,13 +186,19 @@ class MilvusStore:
         cached = self._records.get(name)
         if cached is not None and not fresh and cached[1] > time.monotonic():
             return cached[0]
-        rows = await self._run(self._catalog_rows, f"name == {literal(name)}")
+        rows = await self._run(self._catalog_rows, f"name == {literal(name)}", await self._clock.level(CATALOG))
         if not rows:
             self._records.pop(name, None)
             raise CollectionNotFoundError(name)
         collection = Collection.from_record(rows[0])
         self._records[name] = (collection, time.monotonic() + CATALOG_TTL_SECONDS)
         return collection
+
+    async def _counted(self, target: str) -> int:
+        return await self._run(self._count, target, "", await self._clock.level(target))
+
+    async def _flush(self, target: str) -> None:
+        await self._run(self._seal, target)
 
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
         return await self._threads.run(call, *args)
@@ -177,15 +223,24 @@ class MilvusStore:
     def _ping(self) -> None:
         self._connected().has_collection(CATALOG, timeout=self._timeout)
 
-    def _catalog_rows(self, expression: str) -> list[dict[str, Any]]:
+    def _mutations(self) -> Any:
+        """pymilvus' connection handler: its upsert and delete answer the mutation's timestamp (a guarantee for
+        later reads), which MilvusClient's drop."""
+        return self._connected()._get_connection()
+
+    def _catalog_rows(self, expression: str, level: ReadLevel) -> list[dict[str, Any]]:
         rows = self._connected().query(
-            CATALOG, filter=expression or 'name != ""', output_fields=["record"], timeout=self._timeout
+            CATALOG,
+            filter=expression or 'name != ""',
+            output_fields=["record"],
+            timeout=self._timeout,
+            **level.options(),
         )
         return [json.loads(row["record"]) for row in rows]
 
-    def _create(self, collection: Collection) -> None:
+    def _create(self, collection: Collection) -> int:
         client = self._connected()
-        if self._catalog_rows(f"name == {literal(collection.name)}"):
+        if self._catalog_rows(f"name == {literal(collection.name)}", STRONG):
             raise CollectionExistsError(collection.name)
         target = milvus_name(collection.name)
         if client.has_collection(target, timeout=self._timeout):  # a create or delete cut short
@@ -194,32 +249,36 @@ class MilvusStore:
             target,
             schema=_documents_schema(collection.dimensions),
             index_params=_index(client, "vector"),
-            consistency_level="Strong",
+            consistency_level="Strong",  # for other clients: every read of this store states its own
             timeout=self._timeout,
         )
-        self._write_record(collection)
+        return self._write_record(collection)
 
-    def _write_record(self, collection: Collection) -> None:
+    def _write_record(self, collection: Collection) -> int:
         row = {"name": collection.name, "record": json.dumps(collection.record()), "vector": [0.0, 1.0]}
-        self._connected().upsert(CATALOG, [row], timeout=self._timeout)
+        return int(self._mutations().upsert_rows(CATALOG, [row], timeout=self._timeout).timestamp)
 
-    def _drop(self, name: str) -> None:
-        client = self._connected()
-        client.delete(CATALOG, filter=f"name == {literal(name)}", timeout=self._timeout)  # gone for clients now
-        client.drop_collection(milvus_name(name), timeout=self._timeout)
+    def _drop(self, name: str) -> int:
+        removed = self._delete(CATALOG, f"name == {literal(name)}")
+        self._connected().drop_collection(milvus_name(name), timeout=self._timeout)  # gone for clients already
+        return removed
 
-    def _count(self, target: str, expression: str) -> int:
-        rows = self._connected().query(target, filter=expression, output_fields=["count(*)"], timeout=self._timeout)
+    def _count(self, target: str, expression: str, level: ReadLevel) -> int:
+        rows = self._connected().query(
+            target, filter=expression, output_fields=["count(*)"], timeout=self._timeout, **level.options()
+        )
         return int(rows[0]["count(*)"]) if rows else 0
 
-    def _get(self, target: str, ids: list[str], fields: list[str]) -> list[dict[str, Any]]:
+    def _get(self, target: str, ids: list[str], fields: list[str], level: ReadLevel) -> list[dict[str, Any]]:
         if not ids:
             return []
-        rows = self._connected().query(target, filter=ids_expression(ids), output_fields=fields, timeout=self._timeout)
+        rows = self._connected().query(
+            target, filter=ids_expression(ids), output_fields=fields, timeout=self._timeout, **level.options()
+        )
         return list(rows)
 
-    def _upsert(self, target: str, documents: Sequence[DocumentWrite], now: int) -> None:
-        existing = self._get(target, [d.id for d in documents], ["id", "created_at"])
+    def _upsert(self, target: str, documents: Sequence[DocumentWrite], now: int, level: ReadLevel) -> int:
+        existing = self._get(target, [d.id for d in documents], ["id", "created_at"], level)
         created = {row["id"]: row["created_at"] for row in existing}
         rows = [
             {
@@ -232,14 +291,14 @@ class MilvusStore:
             }
             for d in documents
         ]
-        self._connected().upsert(target, rows, timeout=self._timeout)
+        return int(self._mutations().upsert_rows(target, rows, timeout=self._timeout).timestamp)
 
-    def _page(self, target: str, after: str | None, limit: int) -> list[dict[str, Any]]:
+    def _page(self, target: str, after: str | None, limit: int, level: ReadLevel) -> list[dict[str, Any]]:
         """The `limit` smallest ids after `after` with their rows: Milvus answers a query in no stated order, so
         the ids past the cursor are read (ids only) and sorted here."""
         expression = f"id > {literal(after)}" if after is not None else 'id != ""'
         iterator = self._connected().query_iterator(
-            target, batch_size=1000, filter=expression, output_fields=["id"], timeout=self._timeout
+            target, batch_size=1000, filter=expression, output_fields=["id"], timeout=self._timeout, **level.options()
         )
         ids: list[str] = []
         try:
@@ -247,29 +306,37 @@ class MilvusStore:
                 ids = sorted(ids + [row["id"] for row in batch])[:limit]
         finally:
             iterator.close()
-        rows = self._get(target, ids, FIELDS)
+        rows = self._get(target, ids, FIELDS, level)
         return sorted(rows, key=lambda row: str(row["id"]))
 
-    def _set_vectors(self, target: str, vectors: dict[str, Vector]) -> None:
-        rows = self._get(target, list(vectors), FIELDS)
+    def _set_vectors(self, target: str, vectors: dict[str, Vector], level: ReadLevel) -> int:
+        rows = self._get(target, list(vectors), FIELDS, level)
         for row in rows:
             row["vector"] = vectors[row["id"]].tolist()
-        if rows:
-            self._connected().upsert(target, rows, timeout=self._timeout)
+        return int(self._mutations().upsert_rows(target, rows, timeout=self._timeout).timestamp) if rows else 0
 
-    def _delete_ids(self, target: str, ids: list[str]) -> int:
-        found = [row["id"] for row in self._get(target, ids, ["id"])]
-        if found:
-            self._connected().delete(target, filter=ids_expression(found), timeout=self._timeout)
-        return len(found)
+    def _delete_ids(self, target: str, ids: list[str], level: ReadLevel) -> tuple[int, int]:
+        found = [row["id"] for row in self._get(target, ids, ["id"], level)]
+        return len(found), self._delete(target, ids_expression(found)) if found else 0
 
-    def _delete_filter(self, target: str, expression: str) -> int:
-        count = self._count(target, expression)
-        if count:
-            self._connected().delete(target, filter=expression, timeout=self._timeout)
-        return count
+    def _delete_filter(self, target: str, expression: str, level: ReadLevel) -> tuple[int, int]:
+        count = self._count(target, expression, level)
+        return count, self._delete(target, expression) if count else 0
 
-    def _search(self, target: str, vector: list[float], top_k: int, expression: str) -> list[dict[str, Any]]:
+    def _delete(self, target: str, expression: str) -> int:
+        """The delete's timestamp; Milvus 2.3 answers 0 there, so then a timestamp allocated after the delete
+        returned (Milvus's timestamps only grow): a guarantee that holds it too."""
+        handler = self._mutations()
+        timestamp = handler.delete(target, expression, timeout=self._timeout).timestamp
+        return int(timestamp or handler.alloc_timestamp(timeout=self._timeout))
+
+    def _seal(self, target: str) -> None:
+        """Flush: seal the growing segments, so Milvus builds their index (see `milvus_flush.py`)."""
+        self._connected().flush(target, timeout=self._timeout)
+
+    def _search(
+        self, target: str, vector: list[float], top_k: int, expression: str, level: ReadLevel
+    ) -> list[dict[str, Any]]:
         results = self._connected().search(
             target,
             data=[vector],
@@ -278,6 +345,7 @@ class MilvusStore:
             output_fields=FIELDS,
             search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, top_k)}},
             timeout=self._timeout,
+            **level.options(),
         )
         return list(results[0]) if results else []
 

@@ -50,7 +50,7 @@ def _equals(field: str, value: f.Scalar) -> str:
 
 
 def _absent_or_not(field: str, condition: str) -> str:
-    return f"(not exists {_path(field)} or not ({condition}))"
+    return f"((not exists {_path(field)}) or not ({condition}))"  # Milvus 2.3 parses the bare form wrongly
 
 
 def _path(field: str) -> str:

@@ -17,7 +17,9 @@ from gateway.tasks.sqlite_store import SqliteTaskStore
 JOBS_KEY_PREFIX = "gateway:search-jobs:"  # apart from the video tasks, which their runner scans
 
 
-def build_vector_store(settings: SearchSettings) -> VectorStore | None:
+def build_vector_store(settings: SearchSettings, redis: RedisConnection | None = None) -> VectorStore | None:
+    """`redis` (the process's shared connection) carries each Milvus collection's last write timestamp to every
+    replica, so a document is searchable from all of them when its upsert returns; without it, from this one."""
     if not settings.enabled:
         return None
     if settings.milvus_uri:
@@ -26,6 +28,9 @@ def build_vector_store(settings: SearchSettings) -> VectorStore | None:
             settings.milvus_token,
             timeout_seconds=settings.timeout_seconds,
             max_threads=settings.max_threads,
+            redis=redis,
+            flush_after_rows=settings.milvus_flush_after_rows,
+            flush_quiet_seconds=settings.milvus_flush_quiet_seconds,
         )
     return EmbeddedStore(settings.path, max_threads=settings.max_threads)
 

@@ -18,7 +18,7 @@ from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.settings import CacheSettings, SearchSettings
 from localtriton.ports import free_port
 from localtriton.server import TritonProcess
-from tests.helpers.milvus_fixtures import MilvusLiteServer, milvus_server  # noqa: F401 (a fixture)
+from tests.helpers.milvus_fixtures import MilvusStandalone, milvus_server  # noqa: F401 (a fixture)
 from tests.helpers.running_gateway import RunningGateway
 from tests.integration.gateway.test_search_rest import PASSAGES, create, error, search, upsert
 
@@ -99,7 +99,7 @@ def test_a_store_that_is_down_answers_503_naming_it_and_the_rest_works(
 
 
 def test_the_gateway_on_milvus_serves_the_same_api(
-    milvus_server: MilvusLiteServer,  # noqa: F811
+    milvus_server: MilvusStandalone,  # noqa: F811
     triton: TritonProcess,
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,

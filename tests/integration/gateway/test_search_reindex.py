@@ -19,7 +19,7 @@ from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.search.milvus import MilvusStore
 from gateway.settings import SearchSettings
 from localtriton.server import TritonProcess
-from tests.helpers.milvus_fixtures import MilvusLiteServer, milvus_server  # noqa: F401 (a fixture)
+from tests.helpers.milvus_fixtures import MilvusStandalone, milvus_server  # noqa: F401 (a fixture)
 from tests.helpers.running_gateway import RunningGateway
 from tests.integration.gateway.test_search_rest import PASSAGES, create, error, search, upsert, url
 
@@ -125,7 +125,7 @@ def test_a_reindex_job_brings_a_collection_to_the_served_revision(
 
 
 def test_a_collection_on_milvus_is_reindexed_the_same_way(
-    milvus_server: MilvusLiteServer,  # noqa: F811
+    milvus_server: MilvusStandalone,  # noqa: F811
     triton: TritonProcess,
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,

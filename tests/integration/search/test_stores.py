@@ -1,6 +1,6 @@
-"""Both vector stores against their real engines: Qdrant Edge in-process, and Milvus through Milvus Lite's gRPC
-server. The same behaviour is asked of each: CRUD, upsert replaces, every filter operator, the injection case,
-durability across a reopen."""
+"""Both vector stores against their real engines: Qdrant Edge in-process, and Milvus standalone (2.3.5). The same
+behaviour is asked of each: CRUD, upsert replaces, every filter operator, the injection case, durability across a
+reopen."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from gateway.search.store import (
     VectorStore,
 )
 from localtriton.ports import free_port
-from tests.helpers.milvus_fixtures import MilvusLiteServer, milvus_server  # noqa: F401 (a fixture)
+from tests.helpers.milvus_fixtures import MilvusStandalone, milvus_server  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -63,8 +63,9 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[St
 
         yield embedded
         return
-    server: MilvusLiteServer = request.getfixturevalue("milvus_server")
-    yield lambda: MilvusStore(server.uri, None, timeout_seconds=30)
+    server: MilvusStandalone = request.getfixturevalue("milvus_server")
+    redis_url: str = request.getfixturevalue("redis_url")  # replicas (and a restart) share write timestamps there
+    yield lambda: MilvusStore(server.uri, None, timeout_seconds=30, redis=redis_url)
 
 
 def collection(name: str | None = None) -> Collection:
