@@ -65,6 +65,17 @@ def outage_logs(caplog: pytest.LogCaptureFixture, address: str) -> tuple[int, in
     return warnings, recoveries
 
 
+def kill_container(triton: TritonProcess) -> None:
+    """SIGKILL Triton and its python-backend stubs at once, as a container's end kills them (the stubs of a killed
+    server would otherwise live on, orphaned)."""
+    pid = triton.pid
+    assert pid is not None
+    stubs = [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    for process in (pid, *stubs):
+        os.kill(process, signal.SIGKILL)
+    triton.stop()  # reaps it
+
+
 async def restart(triton: TritonProcess) -> None:
     await asyncio.to_thread(triton.start)
     await asyncio.to_thread(triton.wait_ready, 180)
@@ -98,10 +109,7 @@ def test_a_graceful_stop_and_a_kill_of_one_of_two_tritons_fail_no_call(
             await until(lambda: outage_logs(caplog, first.grpc_url) == (1, 1), 15, "back in rotation once ready")
 
             # A kill: the calls in flight on it fail mid-call and go to the other Triton.
-            pid = second.pid
-            assert pid is not None
-            os.kill(pid, signal.SIGKILL)
-            await asyncio.to_thread(second.stop)  # reaps it
+            kill_container(second)
             before = load.calls
             await until(lambda: load.calls > before + 50, 30, "calls went on on the surviving Triton")
             await restart(second)
