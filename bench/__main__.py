@@ -1,4 +1,5 @@
 """`make bench` / `python -m bench [PART ...] [--runs N] [--quick]`: run the parts, then write the report.
+`python -m bench soak --minutes N [--out DIR]` is the soak (bench/soak/), a run of its own.
 
 Results go to bench/results/<UTC timestamp>/ (git-ignored): one `<part>.json` per part, `results.json`,
 `report.md` and the plots. A part that fails is recorded with its error and the rounds it finished; the others
@@ -54,6 +55,11 @@ async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool, options:
 
 
 def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["soak"]:  # a run of its own (minutes, its own options), never part of `make bench`
+        from bench.soak.part import main as soak
+
+        return soak(arguments[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="*", metavar="PART", help=f"any of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--runs", type=int, default=3, help="runs per measurement; medians are reported")

@@ -15,6 +15,8 @@ from typing import Protocol
 import uvicorn
 from fastapi import FastAPI
 
+from simulators.control import add_control_routes
+
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 
 
@@ -58,10 +60,14 @@ def command_parser(command: SimulatorCommand) -> argparse.ArgumentParser:
     command.add_options(parser)
     add("--seed", type=int, default=0, help="seed of the random failures")
     add("--log-level", default="info")
+    add("--control", action="store_true", help="serve /_simulator/stats and /_simulator/config (fault controls)")
     return parser
 
 
 def serve(command: SimulatorCommand, argv: Sequence[str] | None = None) -> None:
     """Parse the command line (`argv`, default `sys.argv[1:]`) and serve the app until interrupted."""
     args = command_parser(command).parse_args(argv)
-    uvicorn.run(command.create_app(args), host=args.host, port=args.port, log_level=args.log_level)
+    app = command.create_app(args)
+    if args.control:
+        add_control_routes(app)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

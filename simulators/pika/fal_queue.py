@@ -67,6 +67,7 @@ class FalQueue:
         self.jobs[job.request_id] = job
         self.stats.submitted += 1
         self.stats.submitted_by_model[job.model_path] += 1
+        self.stats.submitted_by_prompt[str(body.get("prompt"))] += 1
         self.stats.jobs_by_state[IN_QUEUE] += 1
         self._spawn(self._run(job))
         return job

@@ -13,6 +13,7 @@ class PikaSimulatorStats:
 
     submitted: int = 0
     submitted_by_model: Counter[str] = field(default_factory=Counter)
+    submitted_by_prompt: Counter[str] = field(default_factory=Counter)  # a prompt seen twice: a job paid twice
     status_polls: int = 0
     status_failures: int = 0  # status calls answered 503 on purpose
     polls_by_request: dict[str, list[tuple[float, str]]] = field(default_factory=dict)  # (monotonic, User-Agent)

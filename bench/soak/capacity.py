@@ -1,0 +1,67 @@
+"""The step-load phase, run before the steady load and never judged: the rate rises step by step until a latency
+SLO breaks (or more than 1 % of requests fail); the highest rate held sets the steady rate (60 % of it). Each step
+also reports the CPU each process spent per request, from the processes' own counters, which names the first
+resource to run out."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.soak.platform import Platform
+from bench.soak.processes import process_groups
+from bench.soak.rules import LATENCY_GOALS_MS, percentile
+from bench.soak.traffic import Load
+
+FIRST_RATE = 4.0  # requests per second
+GROWTH = 1.5
+STEP_SECONDS = 20.0
+MAX_STEPS = 10
+
+
+def cpu_by_process(platform: Platform) -> dict[str, float]:
+    groups = process_groups()
+    readings = {process.name: process.cpu_seconds(groups.get(process.pid or -1, [])) for process in platform.started}
+    return {name: value for name, value in readings.items() if value is not None}
+
+
+async def measure(load: Load, platform: Platform) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = []
+    held = 0.0
+    rate = FIRST_RATE
+    first_exhausted = "none: the last step still held"
+    for _ in range(MAX_STEPS):
+        load.rate = rate
+        before, started, count_before = cpu_by_process(platform), time.time(), len(load.records)
+        await load.run(STEP_SECONDS)
+        elapsed = time.time() - started
+        after = cpu_by_process(platform)
+        records = [r for r in load.records[count_before:] if r.start >= started]
+        cores = {name: (after[name] - before[name]) / elapsed for name in after if name in before}
+        step: dict[str, Any] = {"rate": rate, "requests": len(records), "p99_ms": {}, "cores": cores}
+        broken = []
+        for group, (routes, goal) in LATENCY_GOALS_MS.items():
+            values = [1000 * r.latency for r in records if r.route in routes and r.status < 300 and not r.error]
+            p99 = percentile(values, 99)
+            step["p99_ms"][group] = round(p99, 1) if values else None
+            if values and p99 > goal:
+                broken.append(f"{group} p99 {p99:.0f} ms > {goal:.0f} ms")
+        failed = sum(1 for r in records if r.failed)
+        step["failed"] = failed
+        if records and failed > 0.01 * len(records):
+            broken.append(f"{failed} of {len(records)} failed")
+        step["cpu_ms_per_request"] = {
+            name: round(1000 * used * elapsed / max(1, len(records)), 2) for name, used in cores.items()
+        }
+        steps.append(step)
+        if broken:
+            busiest = max(cores, key=lambda name: cores[name]) if cores else "n/a"
+            first_exhausted = (
+                f"{'; '.join(broken)} at {rate:.1f}/s; busiest process {busiest} ({cores.get(busiest, 0):.2f} cores)"
+            )
+            break
+        held = rate
+        rate *= GROWTH
+    # The requests still running (video tasks followed to their end) go on into the steady phase: draining them
+    # here would cancel the following, and a video task followed by no one reads as lost.
+    return {"highest_rate_held": held or FIRST_RATE / GROWTH, "first_exhausted": first_exhausted, "steps": steps}
