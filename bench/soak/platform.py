@@ -36,6 +36,17 @@ CHAT_MODEL = "deepseek-v4-flash"  # thinks before it answers: reasoning tokens, 
 SIM_KEY = "soak-upstream-key"
 CHAT_QUOTA = (30, 60)  # the account's requests per second and calls in flight (HUNYUAN_REQUESTS_PER_SECOND, ...)
 REDIS_MAXMEMORY = "256mb"
+# milvus-server's port options -> the keys of the milvus.yaml it writes (indexCoord's is unused in standalone)
+MILVUS_PORT_KEYS = {
+    "proxy-port": "proxy.port", "proxy-internal-port": "proxy.internalPort", "etcd-port": "etcd.endpoints",
+    "root-coord-port": "rootCoord.port", "query-coord-port": "queryCoord.port", "query-node-port": "queryNode.port",
+    "index-node-port": "indexNode.port", "data-coord-port": "dataCoord.port", "data-node-port": "dataNode.port",
+}  # fmt: skip
+# The previous process's node sessions outlive it in the embedded etcd (2.3.5 revokes only rootcoord's, and etcd
+# extends every lease by a full TTL when it starts again): until they lapse the restarted one calls its old node
+# IDs ("node not match") and searches fail, so the lease is 10 s, not 30 (kept through 40 s of 3 busy loops a core).
+# Standalone's graceful stop never ends by itself (its query node waits to hand its segments to another): 5 s.
+MILVUS_SETTINGS = {"common.session.ttl": 10, "common.gracefulStopTimeout": 5}
 
 
 @dataclass
@@ -151,21 +162,32 @@ class Platform:
             f"initial-cluster: soak=http://127.0.0.1:{peer}\n"
             f"listen-client-urls: http://127.0.0.1:{client}\nadvertise-client-urls: http://127.0.0.1:{client}\n"
         )
-        ports = ["root-coord", "proxy-internal", "query-coord", "query-node", "index-coord", "index-node"]
-        ports += ["data-coord", "data-node"]
-        command = [str(binary), "--data", str(data), "--proxy-port", str(self.milvus_port), "--etcd-port", str(client)]
-        for name in ports:
-            command += [f"--{name}-port", str(free_port())]
+        ports = {"proxy-port": self.milvus_port, "etcd-port": client}
+        ports |= {name: free_port() for name in MILVUS_PORT_KEYS if name not in ports}
+        command = [str(binary), "--data", str(data)]
+        for name, port in ports.items():
+            command += [f"--{name}", str(port)]
+        # milvus-server takes a --x-port only if it can bind it right now (without SO_REUSEADDR), else it quietly
+        # writes the next free port into milvus.yaml: a restart, while the killed Milvus' connections sit in
+        # TIME_WAIT on its ports (60 s), came up on proxy port + 1 and never answered on ours. The same ports as
+        # --extra-config are written over the probed ones, and Milvus binds them (Go listens with SO_REUSEADDR).
+        for name, key in MILVUS_PORT_KEYS.items():
+            value = f"localhost:{ports[name]}" if name == "etcd-port" else str(ports[name])
+            command += ["--extra-config", f"{key}={value}"]
+        for key, setting in MILVUS_SETTINGS.items():
+            command += ["--extra-config", f"{key}={setting}"]
         process = Supervised(
             "milvus", command, log_dir=self.logs, ready=self._milvus_ready, env={"ETCD_CONFIG_PATH": str(etcd)}
         )
-        # milvus-server gives Milvus 1 s after its SIGTERM, then kills it: Milvus itself gets the SIGTERM, and the
-        # time it takes to leave its sessions (a killed one leaves them in etcd, and the next start waits on them).
+        # milvus-server exits on SIGTERM and leaves Milvus running: Milvus gets the SIGTERM itself and stops in 5 s.
         process.signal_group = True
         self.milvus = self._add(process, timeout=240)
 
     def _milvus_ready(self) -> bool:
+        """It answers, and answers a query on each collection it loads: a restarted Milvus lists its collections
+        (as Loading) some seconds before its predecessor's sessions lapse and it serves them."""
         from pymilvus import MilvusClient
+        from pymilvus.client.types import LoadState
         from pymilvus.exceptions import MilvusException
 
         try:
@@ -173,7 +195,9 @@ class Platform:
         except MilvusException:
             return False
         try:
-            client.list_collections()
+            for name in client.list_collections():
+                if client.get_load_state(name, timeout=3)["state"] in (LoadState.Loading, LoadState.Loaded):
+                    client.query(name, filter="", limit=1, timeout=3)
             return True
         except MilvusException:
             return False

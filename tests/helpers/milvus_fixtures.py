@@ -4,6 +4,13 @@ RocksMQ and local storage) in a temp folder, every port a free one, stopped at t
 It is the engine a deployment runs (time ticks, growing and sealed segments, index builds, consistency levels),
 which Milvus Lite, an engine of its own that merely speaks the protocol, is not. The package's binaries come
 xz-compressed; they are unpacked once into pytest's cache folder (7 s here) and linked into each server's folder.
+
+A server can be stopped and started again on its data and ports (`restart`), as a pod with its volume is. Two
+things make that work: the ports are pinned in milvus.yaml (milvus-server only takes a --x-port it can bind at that
+instant, without SO_REUSEADDR, and otherwise quietly writes the next free one: right after a stop, the proxy port's
+connections sit in TIME_WAIT for 60 s, and the server came up on port + 1), and a 10 s session TTL (the previous
+process's sessions stay in the embedded etcd, whose restart extends every lease by a full TTL; until they expire,
+calls go to the old node IDs, "node not match", and searches fail).
 """
 
 from __future__ import annotations
@@ -28,6 +35,15 @@ PORTS = (
     "proxy-port", "proxy-internal-port", "etcd-port", "root-coord-port", "query-coord-port", "query-node-port",
     "index-coord-port", "index-node-port", "data-coord-port", "data-node-port",
 )  # fmt: skip
+# The milvus.yaml key each port lands in, written over what milvus-server probed (indexCoord's is unused).
+PORT_KEYS = {
+    "proxy-port": "proxy.port", "proxy-internal-port": "proxy.internalPort", "root-coord-port": "rootCoord.port",
+    "query-coord-port": "queryCoord.port", "query-node-port": "queryNode.port", "index-node-port": "indexNode.port",
+    "data-coord-port": "dataCoord.port", "data-node-port": "dataNode.port",
+}  # fmt: skip
+# A 10 s session lease (default 30): a restart serves once the old sessions lapse. Standalone's graceful stop never
+# ends by itself (its query node waits to hand its segments to another), so it is cut short after 5 s.
+SETTINGS = {"common.session.ttl": "10", "common.gracefulStopTimeout": "5"}
 
 
 def unpacked_binaries(cache: Path) -> Path:
@@ -59,7 +75,8 @@ class MilvusStandalone:
         return self.directory / "milvus-server.log"
 
     def start(self, timeout: float = 120.0) -> MilvusStandalone:
-        (self.directory / "bin").symlink_to(self.binaries, target_is_directory=True)
+        if not (self.directory / "bin").exists():
+            (self.directory / "bin").symlink_to(self.binaries, target_is_directory=True)
         etcd = self.directory / "etcd.yaml"  # etcd's defaults would take 2379/2380 whatever etcd-port says
         client, peer = f"http://127.0.0.1:{self.ports['etcd-port']}", f"http://127.0.0.1:{self.etcd_peer_port}"
         etcd.write_text(
@@ -69,7 +86,12 @@ class MilvusStandalone:
         command = [str(Path(sys.executable).with_name("milvus-server")), "--data", str(self.directory)]
         for name, port in self.ports.items():
             command += [f"--{name}", str(port)]
+        pinned = {key: str(self.ports[name]) for name, key in PORT_KEYS.items()}
+        pinned["etcd.endpoints"] = f"localhost:{self.ports['etcd-port']}"
+        for key, value in {**pinned, **SETTINGS}.items():
+            command += ["--extra-config", f"{key}={value}"]
         environment = {**os.environ, "ETCD_CONFIG_PATH": str(etcd), "PYTHONUNBUFFERED": "1"}
+        logged = self.log.stat().st_size if self.log.exists() else 0  # what earlier starts wrote
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
@@ -78,7 +100,10 @@ class MilvusStandalone:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise RuntimeError(f"milvus-server exited; see {self.log} and {self.directory / 'logs'}")
-            if "Started:" in self.log.read_text(errors="replace"):  # printed once /healthz answered OK
+            with self.log.open("rb") as log:
+                log.seek(logged)
+                started = b"Started:" in log.read()  # printed once /healthz answered OK
+            if started:
                 return self
             time.sleep(0.2)
         self.stop()
@@ -97,12 +122,22 @@ class MilvusStandalone:
             self._process.wait()
         self._process = None
 
+    def restart(self, timeout: float = 120.0) -> MilvusStandalone:
+        """Stop it and start it again on the same folder and ports."""
+        self.stop()
+        return self.start(timeout)
+
+
+def session_binaries(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The binaries in pytest's cache folder, or under `-p no:cacheprovider` in this session's own."""
+    cache = getattr(pytestconfig, "cache", None)
+    folder = cache.mkdir(f"milvus-standalone-{VERSION}") if cache is not None else tmp_path_factory.mktemp("bin")
+    return unpacked_binaries(folder)
+
 
 @pytest.fixture(scope="session")
 def milvus_server(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[MilvusStandalone]:
-    cache = getattr(pytestconfig, "cache", None)  # None under `-p no:cacheprovider`: unpack into this session's
-    folder = cache.mkdir(f"milvus-standalone-{VERSION}") if cache is not None else tmp_path_factory.mktemp("bin")
-    binaries = unpacked_binaries(folder)
+    binaries = session_binaries(pytestconfig, tmp_path_factory)
     server = MilvusStandalone(tmp_path_factory.mktemp("milvus"), binaries).start()
     yield server
     server.stop()
