@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import redis
 
@@ -192,14 +193,14 @@ class Platform:
 
         try:
             client = MilvusClient(uri=f"http://127.0.0.1:{self.milvus_port}", timeout=3)
-        except MilvusException:
+        except (MilvusException, grpc.RpcError):  # refused, or a connect that timed out while Milvus starts
             return False
         try:
             for name in client.list_collections():
                 if client.get_load_state(name, timeout=3)["state"] in (LoadState.Loading, LoadState.Loaded):
                     client.query(name, filter="", limit=1, timeout=3)
             return True
-        except MilvusException:
+        except (MilvusException, grpc.RpcError):
             return False
         finally:
             client.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from statistics import median
 from typing import Any
 
 from bench.soak.records import Evidence, Phase, Record, Sample, Slo
@@ -305,11 +306,13 @@ def usage_rule(evidence: Evidence) -> Slo:
 
 
 def leaks(evidence: Evidence) -> list[Slo]:
-    """Each gateway process's RSS and open files in the last third of its life within 10 % of their value after
-    its warm-up (its first third); lives shorter than LEAK_MIN_LIFE_SECONDS are not judged."""
+    """Each gateway process's RSS and open files in the last third of its life (their median) within 10 % of their
+    value after its warm-up (the median over the second half of its first third), both under the steady load (the
+    seeding and the step load before it hold fewer connections); lives shorter than LEAK_MIN_LIFE_SECONDS under
+    that load are not judged."""
     lives: dict[tuple[str, int], list[Sample]] = defaultdict(list)
     for sample in evidence.samples:
-        if sample.name.startswith("gateway-"):
+        if sample.name.startswith("gateway-") and sample.time >= evidence.warmup_end:  # under the steady load
             lives[(sample.name, sample.pid)].append(sample)
     judged, problems = 0, []
     for (name, pid), samples in sorted(lives.items()):
@@ -318,7 +321,9 @@ def leaks(evidence: Evidence) -> list[Slo]:
         judged += 1
         third = len(samples) // 3
         for label, values in (("RSS", [s.rss for s in samples]), ("open files", [s.fds for s in samples])):
-            baseline, late = max(values[third // 2 : third] or values[:1]), max(values[-third:])
+            # Medians: open files count the connections in flight at the sample's moment (a band of a few either
+            # way under steady load); a leak moves the whole band up.
+            baseline, late = median(values[third // 2 : third] or values[:1]), median(values[-third:])
             if late > baseline * (1 + LEAK_TOLERANCE):
                 problems.append(f"{name} (pid {pid}) {label} {baseline} -> {late}")
     measured = "; ".join(problems) or f"{judged} gateway lives judged, none grew"
