@@ -25,6 +25,7 @@ import grpc
 import httpx
 import redis
 
+from bench.milvus_standalone import milvus_launch
 from bench.soak.nginx import NGINX_ACCESS_LOG, nginx_config
 from bench.soak.processes import Supervised, http_ok, stop_all, tcp_open
 from bench.soak.teams import Team, keys_file
@@ -37,19 +38,9 @@ CHAT_MODEL = "deepseek-v4-flash"  # thinks before it answers: reasoning tokens, 
 SIM_KEY = "soak-upstream-key"
 CHAT_QUOTA = (30, 60)  # the account's requests per second and calls in flight (HUNYUAN_REQUESTS_PER_SECOND, ...)
 REDIS_MAXMEMORY = "256mb"
+
+
 # milvus-server's port options -> the keys of the milvus.yaml it writes (indexCoord's is unused in standalone)
-MILVUS_PORT_KEYS = {
-    "proxy-port": "proxy.port", "proxy-internal-port": "proxy.internalPort", "etcd-port": "etcd.endpoints",
-    "root-coord-port": "rootCoord.port", "query-coord-port": "queryCoord.port", "query-node-port": "queryNode.port",
-    "index-node-port": "indexNode.port", "data-coord-port": "dataCoord.port", "data-node-port": "dataNode.port",
-}  # fmt: skip
-# The previous process's node sessions outlive it in the embedded etcd (2.3.5 revokes only rootcoord's, and etcd
-# extends every lease by a full TTL when it starts again): until they lapse the restarted one calls its old node
-# IDs ("node not match") and searches fail, so the lease is 10 s, not 30 (kept through 40 s of 3 busy loops a core).
-# Standalone's graceful stop never ends by itself (its query node waits to hand its segments to another): 5 s.
-MILVUS_SETTINGS = {"common.session.ttl": 10, "common.gracefulStopTimeout": 5}
-
-
 @dataclass
 class PlatformConfig:
     run_dir: Path
@@ -148,38 +139,10 @@ class Platform:
             return False
 
     def _start_milvus(self) -> None:
-        """Milvus standalone (the `milvus` package's server) with every port its own, the embedded etcd's too
-        (its peer port is not a flag: an etcd config file given through Milvus' environment sets it)."""
-        binary = Path(sys.executable).parent / "milvus-server"
-        if not binary.exists():
-            raise RuntimeError(f"{binary} not found: install the dev extra (`pip install milvus==2.3.5`)")
-        data = self.config.run_dir / "milvus"
-        data.mkdir(parents=True, exist_ok=True)
-        client, peer = free_port(), free_port()
-        etcd = data / "etcd.yaml"
-        etcd.write_text(
-            f"name: soak\ndata-dir: {data / 'data' / 'etcd.data'}\n"
-            f"listen-peer-urls: http://127.0.0.1:{peer}\ninitial-advertise-peer-urls: http://127.0.0.1:{peer}\n"
-            f"initial-cluster: soak=http://127.0.0.1:{peer}\n"
-            f"listen-client-urls: http://127.0.0.1:{client}\nadvertise-client-urls: http://127.0.0.1:{client}\n"
-        )
-        ports = {"proxy-port": self.milvus_port, "etcd-port": client}
-        ports |= {name: free_port() for name in MILVUS_PORT_KEYS if name not in ports}
-        command = [str(binary), "--data", str(data)]
-        for name, port in ports.items():
-            command += [f"--{name}", str(port)]
-        # milvus-server takes a --x-port only if it can bind it right now (without SO_REUSEADDR), else it quietly
-        # writes the next free port into milvus.yaml: a restart, while the killed Milvus' connections sit in
-        # TIME_WAIT on its ports (60 s), came up on proxy port + 1 and never answered on ours. The same ports as
-        # --extra-config are written over the probed ones, and Milvus binds them (Go listens with SO_REUSEADDR).
-        for name, key in MILVUS_PORT_KEYS.items():
-            value = f"localhost:{ports[name]}" if name == "etcd-port" else str(ports[name])
-            command += ["--extra-config", f"{key}={value}"]
-        for key, setting in MILVUS_SETTINGS.items():
-            command += ["--extra-config", f"{key}={setting}"]
-        process = Supervised(
-            "milvus", command, log_dir=self.logs, ready=self._milvus_ready, env={"ETCD_CONFIG_PATH": str(etcd)}
-        )
+        """Milvus standalone with every port its own (`bench.milvus_standalone`: pinned, so that a restart answers on
+        the same ones, with a session lease short enough to serve again soon after)."""
+        launch = milvus_launch(self.config.run_dir / "milvus", proxy_port=self.milvus_port)
+        process = Supervised("milvus", launch.command, log_dir=self.logs, ready=self._milvus_ready, env=launch.env)
         # milvus-server exits on SIGTERM and leaves Milvus running: Milvus gets the SIGTERM itself and stops in 5 s.
         process.signal_group = True
         self.milvus = self._add(process, timeout=240)

@@ -5,12 +5,8 @@ It is the engine a deployment runs (time ticks, growing and sealed segments, ind
 which Milvus Lite, an engine of its own that merely speaks the protocol, is not. The package's binaries come
 xz-compressed; they are unpacked once into pytest's cache folder (7 s here) and linked into each server's folder.
 
-A server can be stopped and started again on its data and ports (`restart`), as a pod with its volume is. Two
-things make that work: the ports are pinned in milvus.yaml (milvus-server only takes a --x-port it can bind at that
-instant, without SO_REUSEADDR, and otherwise quietly writes the next free one: right after a stop, the proxy port's
-connections sit in TIME_WAIT for 60 s, and the server came up on port + 1), and a 10 s session TTL (the previous
-process's sessions stay in the embedded etcd, whose restart extends every lease by a full TTL; until they expire,
-calls go to the old node IDs, "node not match", and searches fail).
+A server can be stopped and started again on its data and ports (`restart`), as a pod with its volume is
+(`bench.milvus_standalone` says what that takes).
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import fcntl
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import suppress
@@ -27,23 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from localtriton.ports import free_port
-
-VERSION = "2.3.5"
-# milvus-server's port options; the embedded etcd's peer port is not among them (etcd.yaml below sets it).
-PORTS = (
-    "proxy-port", "proxy-internal-port", "etcd-port", "root-coord-port", "query-coord-port", "query-node-port",
-    "index-coord-port", "index-node-port", "data-coord-port", "data-node-port",
-)  # fmt: skip
-# The milvus.yaml key each port lands in, written over what milvus-server probed (indexCoord's is unused).
-PORT_KEYS = {
-    "proxy-port": "proxy.port", "proxy-internal-port": "proxy.internalPort", "root-coord-port": "rootCoord.port",
-    "query-coord-port": "queryCoord.port", "query-node-port": "queryNode.port", "index-node-port": "indexNode.port",
-    "data-coord-port": "dataCoord.port", "data-node-port": "dataNode.port",
-}  # fmt: skip
-# A 10 s session lease (default 30): a restart serves once the old sessions lapse. Standalone's graceful stop never
-# ends by itself (its query node waits to hand its segments to another), so it is cut short after 5 s.
-SETTINGS = {"common.session.ttl": "10", "common.gracefulStopTimeout": "5"}
+from bench.milvus_standalone import VERSION, milvus_launch
 
 
 def unpacked_binaries(cache: Path) -> Path:
@@ -62,13 +41,12 @@ class MilvusStandalone:
     def __init__(self, directory: Path, binaries: Path) -> None:
         self.directory = directory
         self.binaries = binaries
-        self.ports = {name: free_port() for name in PORTS}
-        self.etcd_peer_port = free_port()
+        self.launch = milvus_launch(directory)
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def uri(self) -> str:
-        return f"http://127.0.0.1:{self.ports['proxy-port']}"
+        return self.launch.uri
 
     @property
     def log(self) -> Path:
@@ -77,20 +55,8 @@ class MilvusStandalone:
     def start(self, timeout: float = 120.0) -> MilvusStandalone:
         if not (self.directory / "bin").exists():
             (self.directory / "bin").symlink_to(self.binaries, target_is_directory=True)
-        etcd = self.directory / "etcd.yaml"  # etcd's defaults would take 2379/2380 whatever etcd-port says
-        client, peer = f"http://127.0.0.1:{self.ports['etcd-port']}", f"http://127.0.0.1:{self.etcd_peer_port}"
-        etcd.write_text(
-            f"listen-client-urls: {client}\nadvertise-client-urls: {client}\nlisten-peer-urls: {peer}\n"
-            f"initial-advertise-peer-urls: {peer}\ninitial-cluster: default={peer}\n"
-        )
-        command = [str(Path(sys.executable).with_name("milvus-server")), "--data", str(self.directory)]
-        for name, port in self.ports.items():
-            command += [f"--{name}", str(port)]
-        pinned = {key: str(self.ports[name]) for name, key in PORT_KEYS.items()}
-        pinned["etcd.endpoints"] = f"localhost:{self.ports['etcd-port']}"
-        for key, value in {**pinned, **SETTINGS}.items():
-            command += ["--extra-config", f"{key}={value}"]
-        environment = {**os.environ, "ETCD_CONFIG_PATH": str(etcd), "PYTHONUNBUFFERED": "1"}
+        command = self.launch.command
+        environment = {**os.environ, **self.launch.env, "PYTHONUNBUFFERED": "1"}
         logged = self.log.stat().st_size if self.log.exists() else 0  # what earlier starts wrote
         with self.log.open("ab") as log:
             self._process = subprocess.Popen(

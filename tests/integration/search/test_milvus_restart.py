@@ -42,7 +42,6 @@ def own_milvus(
 ) -> Iterator[MilvusStandalone]:
     """A server of this test's own: the session's one stays up for the others."""
     server = MilvusStandalone(tmp_path / "milvus", session_binaries(pytestconfig, tmp_path_factory))
-    (tmp_path / "milvus").mkdir()
     yield server.start()
     server.stop()
 
