@@ -366,8 +366,9 @@ class SemanticCacheSettings(BaseSettings):
 
     matcher: Literal["off", "embedding", "simhash"] = Field(
         "simhash",
-        description="'embedding': cosine of the stack's own embeddings; 'simhash': 64-bit SimHash of character "
-        "3-grams, the default because it gives the fewest false hits on the default model (`make eval-cache`).",
+        description="'embedding': cosine of the stack's own embeddings; 'simhash': cosine of character 3-gram "
+        "counts (SimHash-pruned), the default because it gives the fewest false hits on the default model "
+        "(`make eval-cache`).",
     )
     threshold: float = Field(
         0.88,

@@ -29,11 +29,12 @@ OBJECTS = (
     "an expired key", "a full disk", "a slow upstream", "a network partition", "a schema change",
     "the nightly batch", "a region failover", "a memory spike", "a burst of uploads", "a config change",
 )  # fmt: skip
-# One question, several wordings: the paraphrases of a group differ in wording, not in meaning.
+# One question, several wordings: some a word apart (a user asking again), some reworded.
 TEMPLATES = (
     "why is it that {s} {v} {o}?",
+    "so why is it that {s} {v} {o}?",
     "can you explain why {s} {v} {o}?",
-    "what is the reason {s} {v} {o}?",
+    "can you explain why {s} {v} {o}? thanks",
     "please tell me why {s} {v} {o}.",
 )
 
@@ -49,6 +50,8 @@ class Corpus:
     seed: int
     questions: list[Question] = field(default_factory=list)
     group_of: dict[str, int] = field(default_factory=dict)  # question text -> group
+    # question text -> the texts it is paired with: a paraphrase, or in labelled data also a near miss (label 0)
+    partners: dict[str, list[str]] = field(default_factory=dict)
 
     def document(self, number: int) -> tuple[str, str, dict[str, str | int]]:
         """Document `number` of the seeded collection: (id, text, metadata), the same for the same seed."""
@@ -66,7 +69,7 @@ class Corpus:
         return first == second
 
 
-def synthetic(seed: int, groups: int = 120) -> Corpus:
+def synthetic(seed: int, groups: int = 180) -> Corpus:
     """Up to `groups` questions, each in every wording of TEMPLATES. Two questions of different groups share at most
     one of subject, verb and object: different questions, not one word apart (that near miss is a cache's hardest
     case, which `make eval-cache` measures on labelled data)."""
@@ -85,16 +88,18 @@ def synthetic(seed: int, groups: int = 120) -> Corpus:
         if len(chosen) == groups:
             break
     for group, (subject, verb, obj) in enumerate(chosen):
-        for template in TEMPLATES:
-            text = template.format(s=subject, v=verb, o=obj)
+        wordings = [template.format(s=subject, v=verb, o=obj) for template in TEMPLATES]
+        for text in wordings:
             corpus.questions.append(Question(text, group))
             corpus.group_of[text] = group
+            corpus.partners[text] = [other for other in wordings if other != text]
     return corpus
 
 
 def labelled(folder: Path, seed: int) -> Corpus:
     """The labelled pairs under `folder` (en/mrpc_test.tsv, zh/lcqmc_test.tsv, whichever exist): a pair labelled
-    1 shares a group, any other sentence has a group of its own."""
+    1 shares a group, any other sentence has a group of its own. Each sentence's partners are the other sides of
+    its pairs, whatever their label: the load asks them in the data's own mix of paraphrases and near misses."""
     corpus = Corpus(seed)
     next_group = 0
     for relative in DATA_FILES.values():
@@ -106,6 +111,8 @@ def labelled(folder: Path, seed: int) -> Corpus:
                 if text not in corpus.group_of:
                     corpus.group_of[text] = next_group
                     next_group += 1
+            corpus.partners.setdefault(pair.sentence1, []).append(pair.sentence2)
+            corpus.partners.setdefault(pair.sentence2, []).append(pair.sentence1)
             if pair.label == 1:
                 merged = corpus.group_of[pair.sentence1]
                 corpus.group_of[pair.sentence2] = merged

@@ -15,6 +15,7 @@ import itertools
 import json
 import random
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import httpx
@@ -27,6 +28,9 @@ from bench.soak.teams import ADMIN_KEY, Team
 COLLECTION = "soak"
 DEFAULT_MIX = {"embeddings": 40.0, "search": 25.0, "chat": 20.0, "video": 5.0, "writes": 10.0}
 EMBEDDING_REPEAT_RATE = 0.3  # share of texts seen recently: the cache's hits
+CHAT_REPEAT_RATE = 0.2  # a recent question asked again word for word: the exact prompt cache's hits
+CHAT_PARTNER_RATE = 0.3  # the other side of a recent question's pair: the semantic cache's chances (and traps)
+RECENT_QUESTIONS = 50  # well within what the semantic cache remembers per context
 TERMINAL = frozenset({"completed", "failed", "cancelled", "missing"})  # missing: 404, the task is lost
 
 
@@ -79,6 +83,7 @@ class Load:
         self.rng = random.Random(self.seed)
         self.ids = itertools.count()
         self.recent_texts: list[str] = []
+        self.recent_questions: deque[str] = deque(maxlen=RECENT_QUESTIONS)
         self.client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(120.0, connect=5.0),
@@ -247,7 +252,7 @@ class Load:
 
     async def chat(self, team: Team, lag: float, *, stream: bool) -> None:
         record = self.record("chat_stream" if stream else "chat", team.name, lag)
-        question = self.rng.choice(self.corpus.questions).text
+        question = self.question()
         body = {"model": CHAT_MODEL, "messages": [{"role": "user", "content": question}], "stream": stream}
         headers = {"Authorization": f"Bearer {team.key}", "X-Soak-Id": record.id}
         started = time.perf_counter()
@@ -294,6 +299,22 @@ class Load:
                     record.ttft = time.perf_counter() - started
                 pieces.append(delta.get("content") or "")
         return "".join(pieces)
+
+    def question(self) -> str:
+        """A chat question: a recent one again (CHAT_REPEAT_RATE), a partner of a recent one (CHAT_PARTNER_RATE:
+        its paraphrase, or in labelled data a near miss as often as the data pairs them), else a new one."""
+        roll = self.rng.random()
+        if self.recent_questions and roll < CHAT_REPEAT_RATE:
+            return self.rng.choice(self.recent_questions)
+        if self.recent_questions and roll < CHAT_REPEAT_RATE + CHAT_PARTNER_RATE:
+            partners = self.corpus.partners.get(self.rng.choice(self.recent_questions))
+            if partners:
+                question = self.rng.choice(partners)
+                self.recent_questions.append(question)
+                return question
+        question = self.rng.choice(self.corpus.questions).text
+        self.recent_questions.append(question)
+        return question
 
     def _judge_cache(self, question: str, answer: str, cache: str) -> None:
         """The simulator answers with the question it was asked: a cached answer names the question it was

@@ -2,9 +2,9 @@
 
 - `context`: which requests are comparable (same context: everything but the last
   user text, plus that text's numbers and polarity) and what is compared (that text).
-- `simhash`: 64-bit SimHash over character n-grams.
+- `simhash`: character n-grams: their 64-bit SimHash and the cosine of their counts.
 - `matchers`: fingerprints and their similarity, by embedding (`EmbeddingMatcher`, fed by
-  a `TextEmbedder` given at wiring) or by SimHash (`SimHashMatcher`).
+  a `TextEmbedder` given at wiring) or by n-gram cosine, pruned by SimHash (`SimHashMatcher`).
 - `stores`: the entries per context, in process (`MemorySemanticStore`) or in Redis
   (`RedisSemanticStore`), and their byte framing.
 - `index`: `SemanticIndex`, which finds the exact-cache key of the most similar earlier question.

@@ -2,17 +2,19 @@
 
 `EmbeddingMatcher` scores the cosine of embedding vectors from a `TextEmbedder` it is
 given at wiring (the gateway passes its embedding service); `SimHashMatcher` scores
-the share of equal bits of two SimHashes and needs no model.
+the cosine of character n-gram counts, pruned by SimHashes, and needs no model.
 """
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from gateway.cache.semantic.simhash import simhash64, simhash_similarity
+from gateway.cache.semantic.simhash import ngram_cosine, ngram_counts, normalised, simhash64, simhash_similarity
 
 
 class TextEmbedder(Protocol):
@@ -62,28 +64,49 @@ class EmbeddingMatcher:
 
 
 class SimHashMatcher:
-    """Share of equal bits of two 64-bit SimHashes over character n-grams; a fingerprint is 8 bytes.
+    """Cosine of two texts' character n-gram counts, found through 64-bit SimHashes; needs no model.
 
-    A text of a few n-grams is not compared: each bit is then a vote of a few +-1 and often a tie (0 in both
-    hashes), so different short texts look alike ("q171" and "q172" score 0.906, above the 0.88 default).
+    A fingerprint is the text's 8-byte SimHash followed by the normalised text (UTF-8). The SimHash estimates the
+    cosine cheaply but coarsely: with 64 bits, two questions that share a long frame and differ in their subject
+    ("what is the reason a stream is retried on X?" / "... a collection is limited by X?") often land within a
+    few bits, a wrong answer served. So the SimHash only prunes: a pair whose estimate is below PRUNE_BELOW scores
+    that estimate, any other pair scores its exact cosine, computed from the two texts. Thresholds are therefore
+    meant at or above PRUNE_BELOW; `make eval-cache` measures them.
+
+    A text of a few n-grams is not compared (different short texts look alike: "q171" and "q172"), nor one over
+    MAX_TEXT_BYTES, which would make every entry of its context that large in the store.
     """
 
     MIN_GRAMS = 8  # distinct n-grams a text needs to be matched
+    MAX_TEXT_BYTES = 4096
+    # On the SimHash's scale (1 - angle / pi): an n-gram cosine of 0.85 sits near 0.82, over 2.5 standard
+    # deviations of a 64-bit estimate above this line, so true matches are almost never pruned.
+    PRUNE_BELOW = 0.7
 
     def __init__(self, n: int = 3) -> None:
         if n < 1:
             raise ValueError(f"n-gram size must be >= 1, got {n}")
         self.n = n
-        self.name = f"simhash{n}"
+        self.name = f"simhash{n}-cosine"
 
     async def fingerprints(self, texts: list[str]) -> list[bytes]:
-        return [simhash64(text, self.n).to_bytes(8, "little") for text in texts]
+        return [simhash64(text, self.n).to_bytes(8, "little") + normalised(text).encode() for text in texts]
 
     def similarity(self, a: bytes, b: bytes) -> float:
-        if len(a) != 8 or len(b) != 8:
+        if len(a) <= 8 or len(b) <= 8:
             return 0.0
-        return simhash_similarity(int.from_bytes(a, "little"), int.from_bytes(b, "little"))
+        estimate = simhash_similarity(int.from_bytes(a[:8], "little"), int.from_bytes(b[:8], "little"))
+        if estimate < self.PRUNE_BELOW:
+            return estimate
+        return ngram_cosine(_counts(a[8:], self.n), _counts(b[8:], self.n))
 
     def comparable(self, text: str) -> bool:
-        normal = " ".join(text.lower().split())
+        normal = normalised(text)
+        if len(normal.encode()) > self.MAX_TEXT_BYTES:
+            return False
         return len({normal[i : i + self.n] for i in range(len(normal) - self.n + 1)}) >= self.MIN_GRAMS
+
+
+@functools.lru_cache(maxsize=1024)  # an index compares one query with the same recent entries again and again
+def _counts(text: bytes, n: int) -> Counter[str]:
+    return ngram_counts(text.decode(errors="replace"), n)

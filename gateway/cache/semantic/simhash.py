@@ -1,4 +1,5 @@
-"""64-bit SimHash over character n-grams: near-duplicate texts get hashes that differ in few bits.
+"""Character n-grams of a text: their 64-bit SimHash (near-duplicate texts get hashes that differ in few bits) and
+the exact cosine of two texts' n-gram counts, which the SimHash estimates.
 
 N-grams of characters, not words, so text without spaces, such as Chinese, works.
 """
@@ -6,6 +7,7 @@ N-grams of characters, not words, so text without spaces, such as Chinese, works
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 
 import numpy as np
@@ -13,14 +15,33 @@ import numpy as np
 SIMHASH_BITS = 64
 
 
+def normalised(text: str) -> str:
+    """Lower-cased, whitespace collapsed: what the n-grams are taken from."""
+    return " ".join(text.lower().split())
+
+
+def ngram_counts(normal: str, n: int) -> Counter[str]:
+    """The character n-grams of an already normalised text, with their counts."""
+    return Counter(normal[i : i + n] for i in range(max(1, len(normal) - n + 1)))
+
+
+def ngram_cosine(a: Counter[str], b: Counter[str]) -> float:
+    """Cosine of two n-gram count vectors, the quantity a SimHash estimates; 0.0 when either is empty."""
+    if len(a) > len(b):
+        a, b = b, a
+    dot = sum(count * b[gram] for gram, count in a.items() if gram in b)
+    norms = math.sqrt(sum(c * c for c in a.values()) * sum(c * c for c in b.values()))
+    return dot / norms if norms else 0.0
+
+
 def simhash64(text: str, n: int = 3) -> int:
     """64-bit SimHash of the lower-cased, whitespace-collapsed text's character n-grams, weighted by count."""
     if n < 1:
         raise ValueError(f"n-gram size must be >= 1, got {n}")
-    normal = " ".join(text.lower().split())
+    normal = normalised(text)
     if not normal:
         return 0
-    grams = Counter(normal[i : i + n] for i in range(max(1, len(normal) - n + 1)))
+    grams = ngram_counts(normal, n)
     hashes = np.array(
         [int.from_bytes(hashlib.blake2b(g.encode("utf-8"), digest_size=8).digest(), "little") for g in grams],
         dtype="<u8",
