@@ -1,10 +1,13 @@
 """The step-load phase, run before the steady load and never judged: the rate rises step by step until a latency
 SLO breaks (or more than 1 % of requests fail); the highest rate held sets the steady rate (60 % of it). Each step
 also reports the CPU each process spent per request, from the processes' own counters, which names the first
-resource to run out."""
+resource to run out. It starts on a settled platform: Milvus has indexed the seeded collection and its CPU is
+quiet again (an index build on the same cores would be measured as the platform's capacity)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import Any
 
@@ -17,12 +20,46 @@ FIRST_RATE = 4.0  # requests per second
 GROWTH = 1.5
 STEP_SECONDS = 20.0
 MAX_STEPS = 10
+QUIET_CORES = 0.25  # the platform is settled when it uses less than this between two readings, load off
+SETTLE_TIMEOUT_SECONDS = 900.0
+INDEX_TIMEOUT_SECONDS = 300.0  # a small collection's rows may stay in growing segments (no flush): not waited for
+
+log = logging.getLogger("bench.soak")
 
 
 def cpu_by_process(platform: Platform) -> dict[str, float]:
     groups = process_groups()
     readings = {process.name: process.cpu_seconds(groups.get(process.pid or -1, [])) for process in platform.started}
     return {name: value for name, value in readings.items() if value is not None}
+
+
+async def settle(platform: Platform, collection: str, rows: int, notes: list[str]) -> None:
+    """Wait until Milvus has indexed `rows` rows of `collection` and no process of the platform is busy (segments
+    merged, their indexes built), at most SETTLE_TIMEOUT_SECONDS; a report note says how long it took."""
+    started = time.monotonic()
+    deadline = started + SETTLE_TIMEOUT_SECONDS
+    progress = None
+    while time.monotonic() < started + INDEX_TIMEOUT_SECONDS:
+        progress = await asyncio.to_thread(platform.milvus_index_progress, collection)
+        if progress is not None and progress[0] >= rows:
+            break
+        await asyncio.sleep(5.0)
+    indexed = time.monotonic() - started
+    before = cpu_by_process(platform)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(5.0)
+        after = cpu_by_process(platform)
+        busy = {name: (after[name] - before[name]) / 5.0 for name in after if name in before}
+        if all(cores < QUIET_CORES for cores in busy.values()):
+            break
+        before = after
+    waited = time.monotonic() - started
+    state = "settled" if time.monotonic() < deadline else "still busy after the timeout"
+    notes.append(
+        f"before the step load: Milvus indexed {progress[0] if progress else 'an unknown number of'} of {rows} seeded "
+        f"rows in {indexed:.0f} s; the platform was {state} after {waited:.0f} s"
+    )
+    log.info("%s", notes[-1])
 
 
 async def measure(load: Load, platform: Platform) -> dict[str, Any]:

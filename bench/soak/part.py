@@ -83,6 +83,7 @@ async def run_soak(options: Options) -> Path:
         try:
             capacity: dict[str, object] = {}
             if options.rate is None:
+                await capacity_phase.settle(platform, COLLECTION, options.collection_size, notes)
                 capacity = await capacity_phase.measure(load, platform)
                 rate = 0.6 * float(capacity["highest_rate_held"])  # type: ignore[arg-type]
             else:
@@ -115,6 +116,7 @@ async def run_soak(options: Options) -> Path:
             )  # fmt: skip
             await collect(platform, load, evidence, started)
         finally:
+            await load.drain(timeout=0)  # interrupted: the requests in flight end before their client closes
             await load.aclose()
             sampler.cancel()
     finally:

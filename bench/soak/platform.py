@@ -15,6 +15,7 @@ import logging
 import shutil
 import signal
 import sys
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -77,6 +78,10 @@ class Platform:
         self.hunyuan: Supervised | None = None
         self.pika: Supervised | None = None
         self._supervisor: asyncio.Task[None] | None = None
+        # `stop` may run while `start` goes on in another thread (Ctrl-C while the platform starts): once it has
+        # begun, nothing more joins `started`, so that everything started is stopped.
+        self._starting = threading.Lock()
+        self._stopping = False
         self.restarts: list[tuple[float, str]] = []  # (Unix time, replica) the supervisor started again
 
     # ---------------------------------------------------------------- start and stop
@@ -110,12 +115,17 @@ class Platform:
             raise
 
     def stop(self) -> None:
-        if self._supervisor is not None:
-            self._supervisor.cancel()
+        with self._starting:
+            self._stopping = True
+        if self._supervisor is not None:  # stop runs in a worker thread: the task is cancelled on its own loop
+            self._supervisor.get_loop().call_soon_threadsafe(self._supervisor.cancel)
         stop_all(self.started)
 
     def _add(self, process: Supervised, *, timeout: float = 180.0) -> Supervised:
-        self.started.append(process)
+        with self._starting:
+            if self._stopping:
+                raise RuntimeError(f"the platform is stopping: not starting {process.name}")
+            self.started.append(process)
         process.start(timeout=timeout)
         return process
 
@@ -336,6 +346,28 @@ class Platform:
             response.raise_for_status()
             stats: dict[str, object] = response.json()
             return stats
+
+    def milvus_index_progress(self, collection: str) -> tuple[int, int] | None:
+        """(indexed rows, rows) of the collection's vector index, as Milvus counts them (sealed segments only);
+        None while Milvus does not answer."""
+        from pymilvus import MilvusClient
+        from pymilvus.exceptions import MilvusException
+
+        from gateway.search.milvus import milvus_name
+
+        target = milvus_name(collection)
+        try:
+            client = MilvusClient(uri=f"http://127.0.0.1:{self.milvus_port}", timeout=5)
+        except (MilvusException, grpc.RpcError):
+            return None
+        try:
+            (index,) = client.list_indexes(target, timeout=5)
+            described = client.describe_index(target, index, timeout=5)
+            return int(described["indexed_rows"]), int(described["total_rows"])
+        except (MilvusException, grpc.RpcError):
+            return None
+        finally:
+            client.close()
 
     def redis_memory(self) -> tuple[int, int] | None:
         """(used_memory, maxmemory) in bytes; None while Redis does not answer."""

@@ -61,6 +61,7 @@ class Supervised:
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.held = False  # stopped on purpose: the supervisor leaves it down
+        self.closed = False  # stopped for good (`close`): a start under way gives up, a later one refuses
         self.stop_signal = signal.SIGTERM  # what asks it to stop gracefully
         self.signal_group = False  # send it to every process of the group, not the leader alone
 
@@ -72,7 +73,10 @@ class Supervised:
         return self.process is not None and self.process.poll() is None
 
     def start(self, *, timeout: float = 180.0) -> None:
-        """Start it and wait until its probe passes; raise (after stopping it) if it exits or times out."""
+        """Start it and wait until its probe passes; raise (after stopping it) if it exits, times out or is closed
+        meanwhile."""
+        if self.closed:
+            raise RuntimeError(f"{self.name} is closed: not starting it")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -84,6 +88,10 @@ class Supervised:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.process.returncode}; see {self.log_path}")
+            # `close` in another thread may have come before the process existed, and found nothing to stop.
+            if self.closed:
+                self.kill()
+                raise RuntimeError(f"{self.name} was closed while it started")
             if self.ready():
                 return
             time.sleep(0.2)
@@ -124,6 +132,11 @@ class Supervised:
         self.signal(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=10)
+
+    def close(self, *, grace: float = 30.0) -> None:
+        """Stop it for good: a start under way in another thread (a restart, the platform's start) stops it too."""
+        self.closed = True
+        self.stop(grace=grace)
 
     def rss_bytes(self, members: list[int] | None = None) -> int | None:
         """Resident memory of the whole group (a container's figure), from /proc."""
@@ -174,7 +187,7 @@ def process_groups() -> dict[int, list[int]]:
 
 
 def stop_all(processes: Sequence[Supervised]) -> None:
-    """Stop every process, in reverse order of start; a failure to stop one does not spare the others."""
+    """Close every process, in reverse order of start; a failure to stop one does not spare the others."""
     for process in reversed(processes):
         with contextlib.suppress(Exception):
-            process.stop(grace=15)
+            process.close(grace=15)
