@@ -85,19 +85,23 @@ class SimulatedStream(StreamingResponse):
 
     async def stream_response(self, send: Send) -> None:
         await super().stream_response(send)
+        # Answered in full once the last byte is written: the response's task group (ASGI 2.3: the stream
+        # and a disconnect listener) unwinds only some loop turns later, while a client that has read the end
+        # may already have sent its next call; counting the stream until then would show two calls at once.
         self._completed = True
+        self._stats.close_stream("completed", self._user)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._stats.streams_open += 1
         outcome = "cancelled"  # a client disconnect cancels the stream and returns quietly
         try:
             await super().__call__(scope, receive, send)
-            outcome = "completed" if self._completed else outcome
         except _StreamDroppedError:
             # Returning without the final body makes uvicorn close the connection mid-stream.
             outcome = "dropped"
         finally:
-            self._stats.close_stream(outcome, self._user)
+            if not self._completed:
+                self._stats.close_stream(outcome, self._user)
             with anyio.CancelScope(shield=True):
                 await self._events.aclose()
 
