@@ -50,6 +50,21 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).propagate = name != "uvicorn.access"  # our access log replaces uvicorn's
 
 
+PYMILVUS_LOGGERS = ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer")
+
+
+def quiet_pymilvus() -> None:
+    """Call after importing pymilvus, which installs plain-text handlers of its own at import and, while Milvus is
+    down, logs a traceback for every failed reconnect and every failed call. The Milvus store's failures are logged
+    by the gateway (one line per failed request, `gateway.errors`) and counted, so pymilvus' records go to the
+    gateway's JSON handler, critical ones only."""
+    for name in PYMILVUS_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+        logger.setLevel(logging.CRITICAL)
+
+
 def new_request_id() -> str:
     """32 hex digits, as `uuid.uuid4().hex` writes them (version 4, RFC 4122 variant), without building a UUID.
     The bits come from `random`, seeded from the OS and again in each forked worker: an id must be unique, not

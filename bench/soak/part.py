@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pymilvus  # noqa: F401  (imported before its loggers are quieted: its import configures them)
 
 from bench.paths import RESULTS, ROOT
 from bench.soak import capacity as capacity_phase
@@ -31,6 +32,7 @@ from bench.soak.report import write_report
 from bench.soak.rules import RECOVERY_SECONDS, judge
 from bench.soak.teams import ADMIN_KEY, default_teams
 from bench.soak.traffic import COLLECTION, DEFAULT_MIX, Load, parse_mix
+from gateway.observability import quiet_pymilvus
 
 log = logging.getLogger("bench.soak")
 
@@ -265,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    logging.getLogger("pymilvus").setLevel(logging.CRITICAL)  # the readiness probe's refused connections
+    quiet_pymilvus()  # the readiness probe's refused connections
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     out = args.out or RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) / "soak"
     if args.short:

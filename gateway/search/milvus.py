@@ -24,6 +24,7 @@ from pydantic import SecretStr
 from pymilvus import DataType, MilvusClient
 
 from gateway.errors import InvalidRequestError
+from gateway.observability import quiet_pymilvus
 from gateway.redis_client import RedisConnection
 from gateway.search.documents import Collection, Document, Hit, Vector
 from gateway.search.filters import Filter
@@ -37,6 +38,8 @@ from gateway.search.store import (
     SearchStoreUnavailableError,
 )
 from gateway.search.threads import StoreThreads
+
+quiet_pymilvus()
 
 T = TypeVar("T")
 CATALOG = "gateway_collections"
