@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.soak.platform import Platform
 from bench.soak.processes import process_groups
+from bench.soak.records import Record
 from bench.soak.rules import LATENCY_GOALS_MS, percentile
 from bench.soak.traffic import Load
 
@@ -22,6 +23,8 @@ STEP_SECONDS = 20.0
 MAX_STEPS = 10
 QUIET_CORES = 0.25  # the platform is settled when it uses less than this between two readings, load off
 SETTLE_TIMEOUT_SECONDS = 900.0
+FINISH_SECONDS = 10.0  # a step's requests get this long after it to answer (chat: 1-5 s); later ones failed
+FOLLOWING = ("video_watch",)  # a task's event stream lasts the job (10-20 s): not a request of the step's rate
 INDEX_TIMEOUT_SECONDS = 300.0  # a small collection's rows may stay in growing segments (no flush): not waited for
 
 log = logging.getLogger("bench.soak")
@@ -31,6 +34,13 @@ def cpu_by_process(platform: Platform) -> dict[str, float]:
     groups = process_groups()
     readings = {process.name: process.cpu_seconds(groups.get(process.pid or -1, [])) for process in platform.started}
     return {name: value for name, value in readings.items() if value is not None}
+
+
+async def _answered(records: list[Record], timeout: float) -> None:
+    """Wait (the load paused) until every request of `records` has its answer or error, at most `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(r.latency == 0 and not r.error for r in records):
+        await asyncio.sleep(0.1)
 
 
 async def settle(platform: Platform, collection: str, rows: int, notes: list[str]) -> None:
@@ -73,7 +83,8 @@ async def measure(load: Load, platform: Platform) -> dict[str, Any]:
         await load.run(STEP_SECONDS)
         elapsed = time.time() - started
         after = cpu_by_process(platform)
-        records = [r for r in load.records[count_before:] if r.start >= started]
+        records = [r for r in load.records[count_before:] if r.start >= started and r.route not in FOLLOWING]
+        await _answered(records, FINISH_SECONDS)  # else a chat still streaming would count as failed
         cores = {name: (after[name] - before[name]) / elapsed for name in after if name in before}
         step: dict[str, Any] = {"rate": rate, "requests": len(records), "p99_ms": {}, "cores": cores}
         broken = []
