@@ -33,4 +33,3 @@ logging.getLogger("gateway.errors").warning("the search store (milvus) failed")
         ("pymilvus", "the client cannot go on"),
         ("gateway.errors", "the search store (milvus) failed"),
     ]
-
