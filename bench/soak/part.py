@@ -156,11 +156,14 @@ def read_samples(platform: Platform) -> list[Sample]:
     for process in list(platform.started):
         members = groups.get(process.pid or -1, []) if process.alive() else []
         rss, fds, cpu = process.rss_bytes(members), process.open_fds(), process.cpu_seconds(members)
+        port = platform.http_port(process)
+        inbound = process.connections_on(port) if port is not None else 0
         if rss is not None and process.pid is not None:
-            read.append(Sample(now, process.name, process.pid, rss, fds or 0, cpu or 0.0))
+            read.append(Sample(now, process.name, process.pid, rss, fds or 0, cpu or 0.0, inbound))
     memory = platform.redis_memory()
     if memory is not None:
-        read.append(Sample(now, "redis-memory", 0, memory[0], 0, float(memory[1])))
+        used, limit, refused = memory
+        read.append(Sample(now, "redis-memory", 0, used, 0, float(limit), refused))
     return read
 
 

@@ -369,10 +369,17 @@ class Platform:
         finally:
             client.close()
 
-    def redis_memory(self) -> tuple[int, int] | None:
-        """(used_memory, maxmemory) in bytes; None while Redis does not answer."""
+    def http_port(self, process: Supervised) -> int | None:
+        """The port the load balancer reaches a gateway replica on; None for other processes."""
+        return self.gateway_ports[self.gateways.index(process)] if process in self.gateways else None
+
+    def redis_memory(self) -> tuple[int, int, int] | None:
+        """(used_memory, maxmemory) in bytes and the writes refused for lack of memory since Redis started; None
+        while Redis does not answer."""
         try:
-            info = redis.Redis(port=self.redis_port, socket_timeout=0.5).info("memory")
+            client = redis.Redis(port=self.redis_port, socket_timeout=0.5)
+            memory, errors = client.info("memory"), client.info("errorstats")
         except redis.RedisError:
             return None
-        return int(info["used_memory"]), int(info["maxmemory"])
+        refused = errors.get("errorstat_OOM", {})
+        return int(memory["used_memory"]), int(memory["maxmemory"]), int(refused.get("count", 0))

@@ -160,6 +160,28 @@ class Supervised:
         except OSError:
             return None
 
+    def connections_on(self, port: int) -> int:
+        """The leader's sockets that are TCP connections to its local `port` (accepted ones, not its listener)."""
+        pid = self.pid
+        if pid is None or not self.alive():
+            return 0
+        inodes = set()
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+            lines = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+        except OSError:
+            return 0
+        count = 0
+        for line in lines:  # sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] != "0A" and fields[9] in inodes:  # 0A: LISTEN
+                count += 1
+        return count
+
     def cpu_seconds(self, members: list[int] | None = None) -> float | None:
         """User + system CPU of the group's live processes, from /proc/<pid>/stat."""
         total, ticks = 0.0, os.sysconf("SC_CLK_TCK")

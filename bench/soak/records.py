@@ -61,6 +61,9 @@ class Sample:
     rss: int  # bytes; Redis memory: used_memory
     fds: int
     cpu: float  # CPU seconds since the process started; Redis memory: maxmemory
+    # A gateway: of its open files, the connections the load balancer holds to it (nginx keeps up to `keepalive`
+    # idle ones after a burst); Redis memory: the writes Redis refused for lack of memory so far (OOM).
+    inbound: int = 0
 
 
 @dataclass

@@ -143,6 +143,34 @@ def test_a_gateway_whose_memory_grows_late_in_its_life_leaks() -> None:
     assert slo(slos, "redis memory within maxmemory").met
 
 
+def test_the_load_balancers_idle_connections_are_no_leak_and_the_gateways_own_files_are() -> None:
+    """nginx keeps as many idle connections to a replica as a burst opened: the replica's open files rise to a
+    plateau of them, which is not the replica's leak; its own files growing is."""
+    plateau = [
+        Sample(float(t), "gateway-0", 10, 10**8, 40 + (t > 150) * 8, 1.0, (t > 150) * 8) for t in range(0, 300, 10)
+    ]
+    leaking = [Sample(float(t), "gateway-1", 11, 10**8, 40 + (t > 150) * 8, 1.0, 2) for t in range(0, 300, 10)]
+    facts = evidence([], [])
+    facts.samples = plateau + leaking + [Sample(5.0, "redis-memory", 0, 1_000, 0, 2_000.0)]
+    leak = slo(judge(facts)[0], "no leak in the gateways")
+    assert not leak.met and "gateway-1" in leak.measured and "gateway-0" not in leak.measured
+    assert "connections to a replica 0-8" in leak.measured
+
+
+def test_redis_may_cross_maxmemory_by_a_write_but_never_refuse_one() -> None:
+    limit = 256 * 2**20
+
+    def redis_met(*readings: tuple[int, int]) -> bool:  # (used_memory, writes refused so far)
+        facts = evidence([], [])
+        facts.samples = [Sample(float(t), "redis-memory", 0, used, 0, float(limit), refused) for t, (used, refused)
+                         in enumerate(readings)]  # fmt: skip
+        return slo(judge(facts)[0], "redis memory within maxmemory").met
+
+    assert redis_met((limit - 10, 0), (limit + 4_000, 0), (limit - 500, 0))  # evicted right after the write
+    assert not redis_met((limit, 0), (limit + 8 * 2**20, 0))  # not evicting
+    assert not redis_met((limit, 0), (limit, 3), (1_000, 0), (limit, 0))  # refused writes, then a restart
+
+
 def test_the_nginx_log_lists_every_replica_a_request_was_tried_on(tmp_path: Path) -> None:
     log = tmp_path / "access.log"
     log.write_text(
