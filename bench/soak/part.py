@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -94,6 +95,7 @@ async def run_soak(options: Options) -> Path:
             log.info("steady load at %.1f requests/s", load.rate)
             await load.run(options.warmup_seconds)
             warmup_end = time.time()
+            open_files = {"after the warm-up": platform.open_files()}
             seconds = 60 * options.minutes
             schedule: tuple[Planned, ...] = SHORT_SCHEDULE if options.short else full_schedule(seconds)
             # The load goes on until the last fault's recovery is over and a tenth of the time after it (the last
@@ -107,6 +109,8 @@ async def run_soak(options: Options) -> Path:
 
             await asyncio.gather(load.run(seconds, until=faults_over), faults_then_tail())
             load_end = time.time()
+            open_files["at the end of the load"] = platform.open_files()
+            (options.out / "open-files.json").write_text(json.dumps(open_files, indent=1))
             log.info("load over; following the last video tasks")
             await load.drain(timeout=4 * options.video_seconds + 90)
             await asyncio.sleep(2.0)  # every replica's usage batch is written (0.25 s), spools replayed

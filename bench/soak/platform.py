@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -368,6 +369,26 @@ class Platform:
             return None
         finally:
             client.close()
+
+    def open_files(self) -> dict[str, dict[str, object]]:
+        """Each live gateway's open files by kind and its TCP connections by the peer they reach (a snapshot the
+        report keeps, which names the pool that grew when the leak rule breaks)."""
+        peers = {port: "load balancer (in)" for port in self.gateway_ports}
+        peers |= {port: f"triton-{n}" for n, port in enumerate(self.triton_ports)}
+        peers |= {self.redis_port: "redis", self.milvus_port: "milvus", self.hunyuan_port: "chat upstream"}
+        peers[self.pika_port] = "fal"
+        snapshot: dict[str, dict[str, object]] = {}
+        for gateway, port in zip(self.gateways, self.gateway_ports, strict=True):
+            if gateway.alive():
+                reached = Counter(
+                    peers.get(local if local == port else remote, f"port {remote}")
+                    for local, remote in gateway.tcp_connections()
+                )
+                snapshot[f"{gateway.name} (pid {gateway.pid})"] = {
+                    "files": gateway.open_file_kinds(),
+                    "connections": dict(reached),
+                }
+        return snapshot
 
     def http_port(self, process: Supervised) -> int | None:
         """The port the load balancer reaches a gateway replica on; None for other processes."""

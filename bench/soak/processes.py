@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -162,9 +163,13 @@ class Supervised:
 
     def connections_on(self, port: int) -> int:
         """The leader's sockets that are TCP connections to its local `port` (accepted ones, not its listener)."""
+        return sum(1 for local, _remote in self.tcp_connections() if local == port)
+
+    def tcp_connections(self) -> list[tuple[int, int]]:
+        """(local port, remote port) of each TCP connection the leader holds, listeners left out."""
         pid = self.pid
         if pid is None or not self.alive():
-            return 0
+            return []
         inodes = set()
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -174,13 +179,25 @@ class Supervised:
                         inodes.add(target[8:-1])
             lines = Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
         except OSError:
-            return 0
-        count = 0
+            return []
+        held = []
         for line in lines:  # sl local rem st tx:rx tr:when retrnsmt uid timeout inode
             fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] != "0A" and fields[9] in inodes:  # 0A: LISTEN
-                count += 1
-        return count
+            if fields[3] != "0A" and fields[9] in inodes:  # 0A: LISTEN
+                held.append((int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)))
+        return held
+
+    def open_file_kinds(self) -> dict[str, int]:
+        """The leader's open files by kind: a file's path, or socket, pipe, anon_inode:[eventpoll] ..."""
+        pid, kinds = self.pid, Counter[str]()
+        if pid is None or not self.alive():
+            return {}
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    kinds[target.split(":[", 1)[0] if ":[" in target else target] += 1
+        return dict(kinds)
 
     def cpu_seconds(self, members: list[int] | None = None) -> float | None:
         """User + system CPU of the group's live processes, from /proc/<pid>/stat."""
