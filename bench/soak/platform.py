@@ -348,28 +348,6 @@ class Platform:
             stats: dict[str, object] = response.json()
             return stats
 
-    def milvus_index_progress(self, collection: str) -> tuple[int, int] | None:
-        """(indexed rows, rows) of the collection's vector index, as Milvus counts them (sealed segments only);
-        None while Milvus does not answer."""
-        from pymilvus import MilvusClient
-        from pymilvus.exceptions import MilvusException
-
-        from gateway.search.milvus import milvus_name
-
-        target = milvus_name(collection)
-        try:
-            client = MilvusClient(uri=f"http://127.0.0.1:{self.milvus_port}", timeout=5)
-        except (MilvusException, grpc.RpcError):
-            return None
-        try:
-            (index,) = client.list_indexes(target, timeout=5)
-            described = client.describe_index(target, index, timeout=5)
-            return int(described["indexed_rows"]), int(described["total_rows"])
-        except (MilvusException, grpc.RpcError):
-            return None
-        finally:
-            client.close()
-
     def open_files(self) -> dict[str, dict[str, object]]:
         """Each live gateway's open files by kind and its TCP connections by the peer they reach (a snapshot the
         report keeps, which names the pool that grew when the leak rule breaks)."""

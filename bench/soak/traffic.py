@@ -306,13 +306,11 @@ class Load:
         roll = self.rng.random()
         if self.recent_questions and roll < CHAT_REPEAT_RATE:
             return self.rng.choice(self.recent_questions)
-        if self.recent_questions and roll < CHAT_REPEAT_RATE + CHAT_PARTNER_RATE:
-            partners = self.corpus.partners.get(self.rng.choice(self.recent_questions))
-            if partners:
-                question = self.rng.choice(partners)
-                self.recent_questions.append(question)
-                return question
-        question = self.rng.choice(self.corpus.questions).text
+        partners = self.corpus.partners.get(self.rng.choice(self.recent_questions)) if self.recent_questions else None
+        if partners and roll < CHAT_REPEAT_RATE + CHAT_PARTNER_RATE:
+            question = self.rng.choice(partners)
+        else:
+            question = self.rng.choice(self.corpus.questions).text
         self.recent_questions.append(question)
         return question
 
