@@ -65,6 +65,9 @@ def short_options(out: Path, repository: Path) -> Options:
 
 async def run_soak(options: Options) -> Path:
     """The whole soak; returns the report's folder."""
+    if options.out.exists() and any(options.out.iterdir()):
+        # Its Redis append-only file, usage stores and spools would come back: an earlier run's usage on this one's.
+        raise SystemExit(f"{options.out} is not empty: a soak starts from a folder of its own")
     options.out.mkdir(parents=True, exist_ok=True)
     corpus = labelled(options.data, options.seed) if options.data else synthetic(options.seed)
     teams = default_teams()

@@ -1,10 +1,15 @@
-"""What the soak sends: seeded documents and questions whose paraphrase groups judge the semantic cache."""
+"""What the soak sends: seeded documents and questions whose paraphrase groups judge the semantic cache; where it
+writes."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
+
 from bench.soak.data import TEMPLATES, labelled, synthetic
+from bench.soak.part import Options, run_soak
 from bench.soak.teams import default_teams
 from bench.soak.traffic import CHAT_PARTNER_RATE, CHAT_REPEAT_RATE, Load
 
@@ -55,3 +60,11 @@ def test_the_chat_load_asks_recent_questions_again_and_their_partners(tmp_path: 
     assert CHAT_REPEAT_RATE - 0.03 < repeats / 3000 < CHAT_REPEAT_RATE + CHAT_PARTNER_RATE
     assert 0.4 * CHAT_PARTNER_RATE < partners / 3000 < CHAT_PARTNER_RATE + 0.03
     assert len(asked) > 1500  # the rest are new questions
+
+
+def test_a_soak_refuses_an_output_folder_that_holds_an_earlier_run(tmp_path: Path) -> None:
+    """An earlier run's Redis append-only file and usage stores would come back in the new run's platform."""
+    (tmp_path / "redis").mkdir()
+    (tmp_path / "redis" / "appendonly.aof").write_text("*1\r\n")
+    with pytest.raises(SystemExit, match="not empty"):
+        asyncio.run(run_soak(Options(tmp_path)))
