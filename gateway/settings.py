@@ -366,9 +366,8 @@ class SemanticCacheSettings(BaseSettings):
 
     matcher: Literal["off", "embedding", "simhash"] = Field(
         "simhash",
-        description="'embedding': cosine of the stack's own embeddings; 'simhash': cosine of character 3-gram "
-        "counts (SimHash-pruned), the default because it gives the fewest false hits on the default model "
-        "(`make eval-cache`).",
+        description="'embedding': cosine of the stack's own embeddings; 'simhash' (default: fewest false hits on the "
+        "default model, `make eval-cache`): cosine of character 3-gram counts, pruned by SimHash.",
     )
     threshold: float = Field(
         0.88,
