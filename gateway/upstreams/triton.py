@@ -235,6 +235,7 @@ class TritonClient:
 
     async def _call_on(self, endpoint: TritonEndpoint, call: TritonCall, timeout: float) -> Any:
         """`call` on `endpoint`'s tritonclient, its errors translated."""
+        outages = endpoint.outages
         try:
             with endpoint.lease() as client:
                 result = await call(client, timeout)
@@ -245,7 +246,7 @@ class TritonClient:
                 await self._endpoints.failed(endpoint, str(exc.message() or exc))
             metrics.TRITON_ERRORS.labels(reason=_reason(error)).inc()
             raise error from exc
-        self._endpoints.recovered(endpoint)
+        self._endpoints.recovered(endpoint, outages)
         return result
 
 

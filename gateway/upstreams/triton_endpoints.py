@@ -11,7 +11,8 @@ therefore resolves `TRITON_URL` itself and keeps one channel per address:
   gRPC's own resolver.
 - An address whose call failed as unavailable is out of rotation until a readiness probe (every
   `PROBE_INTERVAL_SECONDS`) finds the model ready on it again; while every address is out, calls still go to them
-  (a Triton that came back is found by the call itself).
+  (a Triton that came back is found by the call itself). Only an answer to a call sent after the outage began
+  counts: a stopping Triton still answers the calls it had taken, and those say nothing about its next one.
 - An address gone from the resolution gets no new calls; its channel is closed once its calls end.
 
 Each address's outage is logged once when it starts (WARNING) and once when it ends (INFO).
@@ -104,6 +105,7 @@ class TritonEndpoint:
     address: str
     clients: AgingClient
     serving: bool = True
+    outages: int = 0  # begun so far; a call's answer counts for rotation only if none began while it ran
     probe: asyncio.Task[None] | None = field(default=None, repr=False)
 
     @contextmanager
@@ -173,12 +175,17 @@ class TritonEndpoints:
     def went_away(self, endpoint: TritonEndpoint, why: str) -> None:
         if endpoint.serving:
             endpoint.serving = False
+            endpoint.outages += 1
             log.warning("triton unavailable at %s (model %s): %s", endpoint.address, self._model, why)
             self._publish()
         if endpoint.probe is None and not self._closed and endpoint.address in self._endpoints:
             endpoint.probe = asyncio.create_task(self._probe(endpoint))
 
-    def recovered(self, endpoint: TritonEndpoint) -> None:
+    def recovered(self, endpoint: TritonEndpoint, outages_when_sent: int) -> None:
+        """`endpoint` answered a call sent when it had had `outages_when_sent` outages: back in rotation, unless an
+        outage began after the call was sent (a drained call of a stopping Triton, or a stale readiness answer)."""
+        if endpoint.outages != outages_when_sent:
+            return
         if not endpoint.serving:
             endpoint.serving = True
             log.info("triton available again at %s (model %s)", endpoint.address, self._model)
@@ -207,6 +214,7 @@ class TritonEndpoints:
 
     async def probe(self, endpoint: TritonEndpoint) -> bool:
         """Whether the model is ready on `endpoint`; puts it back in rotation (or takes it out) accordingly."""
+        outages = endpoint.outages
         try:
             with endpoint.lease() as client:
                 ready = bool(await asyncio.wait_for(client.is_model_ready(self._model), self._probe_timeout))
@@ -215,11 +223,11 @@ class TritonEndpoints:
         except Exception as exc:  # unreachable, stopping, timed out: all mean "not yet"
             self.went_away(endpoint, f"{type(exc).__name__}: {exc}")
             return False
-        if ready:
-            self.recovered(endpoint)
-        else:
+        if not ready:
             self.went_away(endpoint, "the model is not ready")
-        return ready
+            return False
+        self.recovered(endpoint, outages)
+        return endpoint.serving  # False where an outage began while the probe ran: its answer is stale
 
     async def _resolve_if_due(self) -> None:
         if not self._target.resolved_by_gateway:
