@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from enum import Enum
@@ -59,6 +60,11 @@ TIMEOUTS = (RedisTimeoutError, asyncio.TimeoutError)
 # Connections per client, shared by every Redis user of the process. Requests queue for one of these instead
 # of opening a socket each: a burst of hundreds of concurrent connects would itself time out on a busy host.
 MAX_CONNECTIONS = 64
+# A connection unused this long is closed (when a later one is released): redis-py keeps every connection a burst
+# opened, so that after a Redis outage (every waiting call reconnects at once) a replica would hold up to
+# MAX_CONNECTIONS idle sockets for the rest of its life. The pool hands out the most recently used connection
+# first, so those a steady load needs stay open and the surplus ages out.
+IDLE_CLOSE_SECONDS = 60.0
 
 
 class RedisSkippedError(RedisConnectionError):
@@ -71,7 +77,26 @@ class RedisPoolBusyError(RedisError):
 
 class _BoundedPool(aioredis.BlockingConnectionPool):
     """redis-py's blocking pool, whose wait for a free connection fails with its own error rather than with the
-    `ConnectionError` of a Redis that cannot be reached."""
+    `ConnectionError` of a Redis that cannot be reached, and which closes connections idle for
+    `IDLE_CLOSE_SECONDS`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._released_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+    async def release(self, connection: Any) -> None:
+        self._released_at[connection] = time.monotonic()
+        await super().release(connection)
+        for idle in self._take_idle():
+            await idle.disconnect()
+
+    def _take_idle(self) -> list[Any]:
+        """Idle connections out of the pool (it opens new ones when it needs them again)."""
+        idle, available = [], self._available_connections  # least recently released first
+        deadline = time.monotonic() - IDLE_CLOSE_SECONDS
+        while available and self._released_at.get(available[0], deadline) <= deadline:
+            idle.append(available.pop(0))
+        return idle
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         try:

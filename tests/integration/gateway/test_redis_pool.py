@@ -1,5 +1,5 @@
 """The shared Redis connection's pool, against a real Redis: a call that waits too long for a free connection
-fails alone, without taking Redis for down."""
+fails alone, without taking Redis for down, and the connections a burst opened are closed once idle."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gateway import metrics
+from gateway import metrics, redis_client
 from gateway.redis_client import REDIS_FAILURES, CircuitState, RedisConnection, RedisPoolBusyError
 
 
@@ -43,6 +43,34 @@ def test_a_redis_that_cannot_be_reached_still_opens_the_circuit() -> None:
                 await redis.call(redis.client.ping)
             assert not isinstance(failed.value, RedisPoolBusyError)
             assert redis.circuit.state is CircuitState.OPEN
+        finally:
+            await redis.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_the_connections_a_burst_opened_are_closed_once_idle(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_client, "IDLE_CLOSE_SECONDS", 0.2)
+
+    async def scenario() -> None:
+        redis = RedisConnection(f"{redis_url}?client_name=burst", timeout_seconds=1)
+        pool, client = redis.client.connection_pool, redis.client
+
+        async def open_connections() -> int:  # as Redis counts them, the one asking included
+            return sum(c["name"] == "burst" for c in await client.client_list())
+
+        try:
+            burst = [await pool.get_connection() for _ in range(10)]  # e.g. every waiting call after an outage
+            for connection in burst:
+                await pool.release(connection)
+            assert await open_connections() == 10
+            await asyncio.sleep(0.3)
+            assert await client.ping()  # the release after the idle time closes them; the one in use stays
+            for _ in range(20):  # Redis reads the closes in its next turns
+                if await open_connections() == 1:
+                    break
+                await asyncio.sleep(0.05)
+            assert await open_connections() == 1
         finally:
             await redis.aclose()
 
