@@ -28,7 +28,7 @@ from bench.soak.data import Corpus, labelled, synthetic
 from bench.soak.faults import SHORT_SCHEDULE, Planned, full_schedule, run_schedule
 from bench.soak.platform import CHAT_QUOTA, Platform, PlatformConfig
 from bench.soak.processes import process_groups
-from bench.soak.records import Evidence, FaultEvent, Sample, parse_nginx_log, write_jsonl
+from bench.soak.records import Evidence, FaultEvent, RedisMemory, Sample, parse_nginx_log, write_jsonl
 from bench.soak.report import write_report
 from bench.soak.rules import RECOVERY_SECONDS, judge
 from bench.soak.teams import ADMIN_KEY, default_teams
@@ -76,13 +76,14 @@ async def run_soak(options: Options) -> Path:
     )
     platform = Platform(config)
     samples: list[Sample] = []
+    redis_memory: list[RedisMemory] = []
     faults: list[FaultEvent] = []
     started = time.time()
     log.info("starting the platform in %s", options.out)
     try:
         await asyncio.to_thread(platform.start)
         platform.supervise()
-        sampler = asyncio.get_running_loop().create_task(sample_forever(platform, samples))
+        sampler = asyncio.get_running_loop().create_task(sample_forever(platform, samples, redis_memory))
         notes: list[str] = []
         seeding = await seed_collection(platform, options.collection_size, corpus, notes)
         load = Load(platform.base_url, corpus, teams, options.collection_size, options.mix, options.seed)
@@ -130,11 +131,12 @@ async def run_soak(options: Options) -> Path:
             sampler.cancel()
     finally:
         await asyncio.to_thread(platform.stop)
-    evidence.samples = samples
+    evidence.samples, evidence.redis_memory = samples, redis_memory
     evidence.nginx = parse_nginx_log(options.out / "nginx-access.log")
     write_jsonl(options.out / "records.jsonl", evidence.records)
     write_jsonl(options.out / "faults.jsonl", evidence.faults)
     write_jsonl(options.out / "samples.jsonl", samples)
+    write_jsonl(options.out / "redis-memory.jsonl", redis_memory)
     slos, phases = judge(evidence)
     write_report(
         options.out,
@@ -150,28 +152,30 @@ def _described(options: Options) -> dict[str, object]:
     return {key: str(value) if isinstance(value, Path) else value for key, value in vars(options).items()}
 
 
-async def sample_forever(platform: Platform, samples: list[Sample], every: float = 2.0) -> None:
+async def sample_forever(
+    platform: Platform, samples: list[Sample], redis_memory: list[RedisMemory], every: float = 2.0
+) -> None:
     """RSS, open files and CPU of every process group, and Redis' memory, every `every` seconds (read in a
     thread: the load generator's loop must not wait on /proc or a paused Redis)."""
     while True:
-        samples.extend(await asyncio.to_thread(read_samples, platform))
+        processes, memory = await asyncio.to_thread(read_samples, platform)
+        samples.extend(processes)
+        if memory is not None:
+            redis_memory.append(memory)
         await asyncio.sleep(every)
 
 
-def read_samples(platform: Platform) -> list[Sample]:
+def read_samples(platform: Platform) -> tuple[list[Sample], RedisMemory | None]:
     now, groups, read = time.time(), process_groups(), []
     for process in list(platform.started):
         members = groups.get(process.pid or -1, []) if process.alive() else []
         rss, fds, cpu = process.rss_bytes(members), process.open_fds(), process.cpu_seconds(members)
         port = platform.http_port(process)
-        inbound = process.connections_on(port) if port is not None else 0
+        balancer = process.connections_on(port) if port is not None else 0
         if rss is not None and process.pid is not None:
-            read.append(Sample(now, process.name, process.pid, rss, fds or 0, cpu or 0.0, inbound))
+            read.append(Sample(now, process.name, process.pid, rss, fds or 0, cpu or 0.0, balancer))
     memory = platform.redis_memory()
-    if memory is not None:
-        used, limit, refused = memory
-        read.append(Sample(now, "redis-memory", 0, used, 0, float(limit), refused))
-    return read
+    return read, None if memory is None else RedisMemory(now, *memory)
 
 
 async def seed_collection(platform: Platform, size: int, corpus: Corpus, notes: list[str]) -> int:

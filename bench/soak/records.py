@@ -53,17 +53,27 @@ class FaultEvent:
 
 @dataclass
 class Sample:
-    """One reading of one process (or Redis' memory), every few seconds."""
+    """One reading of one process, every few seconds."""
 
     time: float
-    name: str  # gateway-0, triton-1, redis, ..., "redis-memory"
+    name: str  # gateway-0, triton-1, redis, ...
     pid: int
-    rss: int  # bytes; Redis memory: used_memory
+    rss: int  # bytes
     fds: int
-    cpu: float  # CPU seconds since the process started; Redis memory: maxmemory
+    cpu: float  # CPU seconds since the process started
     # A gateway: of its open files, the connections the load balancer holds to it (nginx keeps up to `keepalive`
-    # idle ones after a burst); Redis memory: the writes Redis refused for lack of memory so far (OOM).
-    inbound: int = 0
+    # idle ones after a burst).
+    balancer_connections: int = 0
+
+
+@dataclass
+class RedisMemory:
+    """One reading of Redis' INFO, with the process samples."""
+
+    time: float
+    used: int  # used_memory, bytes
+    maxmemory: int
+    refused: int  # writes refused for lack of memory since Redis started (errorstat_OOM)
 
 
 @dataclass
@@ -127,6 +137,7 @@ class Evidence:
     false_hit_examples: list[tuple[str, str]] = field(default_factory=list)  # (asked, answer generated for)
     exact_hits: int = 0
     samples: list[Sample] = field(default_factory=list)
+    redis_memory: list[RedisMemory] = field(default_factory=list)
     capacity: dict[str, Any] = field(default_factory=dict)
 
 

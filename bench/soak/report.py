@@ -182,8 +182,7 @@ def plot_rss(out: Path, evidence: Evidence, origin: float) -> Path:
     figure, axes = plt.subplots(figsize=(11, 5))
     series: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for sample in evidence.samples:
-        if sample.name != "redis-memory":
-            series[sample.name].append((sample.time - origin, sample.rss))
+        series[sample.name].append((sample.time - origin, sample.rss))
     for name, points in sorted(series.items()):
         axes.plot([t for t, _ in points], [rss / 2**20 for _, rss in points], label=name, linewidth=1)
     _faults(axes, evidence.faults, origin)
@@ -191,11 +190,11 @@ def plot_rss(out: Path, evidence: Evidence, origin: float) -> Path:
 
 
 def plot_redis_memory(out: Path, evidence: Evidence, origin: float) -> Path | None:
-    memory = [s for s in evidence.samples if s.name == "redis-memory"]
+    memory = evidence.redis_memory
     if not memory:
         return None
     figure, axes = plt.subplots(figsize=(11, 4))
-    axes.plot([s.time - origin for s in memory], [s.rss / 2**20 for s in memory], label="used_memory")
-    axes.axhline(memory[0].cpu / 2**20, color="black", linestyle="--", label="maxmemory")
+    axes.plot([m.time - origin for m in memory], [m.used / 2**20 for m in memory], label="used_memory")
+    axes.axhline(memory[0].maxmemory / 2**20, color="black", linestyle="--", label="maxmemory")
     _faults(axes, evidence.faults, origin)
     return _save(figure, axes, out / "redis-memory.png", "Redis memory", "MiB")

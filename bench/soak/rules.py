@@ -322,7 +322,7 @@ def leaks(evidence: Evidence) -> list[Slo]:
             continue
         judged += 1
         third = len(samples) // 3
-        own_files = [s.fds - s.inbound for s in samples]
+        own_files = [s.fds - s.balancer_connections for s in samples]
         for label, values in (("RSS", [s.rss for s in samples]), ("open files", own_files)):
             # Medians: open files count the connections in flight at the sample's moment (a band of a few either
             # way under steady load); a leak moves the whole band up. The load balancer's connections are left out:
@@ -330,8 +330,8 @@ def leaks(evidence: Evidence) -> list[Slo]:
             baseline, late = median(values[third // 2 : third] or values[:1]), median(values[-third:])
             if late > baseline * (1 + LEAK_TOLERANCE):
                 problems.append(f"{name} (pid {pid}) {label} {baseline} -> {late}")
-    inbound = [s.inbound for samples in lives.values() for s in samples]
-    held = f"; the load balancer's connections to a replica {min(inbound, default=0)}-{max(inbound, default=0)}"
+    balancer = [s.balancer_connections for samples in lives.values() for s in samples]
+    held = f"; the load balancer's connections to a replica {min(balancer, default=0)}-{max(balancer, default=0)}"
     measured = ("; ".join(problems) or f"{judged} gateway lives judged, none grew") + held
     slos = [
         Slo(
@@ -343,12 +343,12 @@ def leaks(evidence: Evidence) -> list[Slo]:
             "leak",
         )
     ]
-    memory = [s for s in evidence.samples if s.name == "redis-memory"]
-    peak = max((s.rss for s in memory), default=0)
-    limit = max((int(s.cpu) for s in memory), default=0)
+    memory = evidence.redis_memory
+    peak = max((m.used for m in memory), default=0)
+    limit = max((m.maxmemory for m in memory), default=0)
     # Redis' count of refused writes starts again at 0 when it restarts: add up the rises.
-    refused = sum(max(0, b.inbound - a.inbound) for a, b in itertools.pairwise(memory)) + (
-        memory[0].inbound if memory else 0
+    refused = sum(max(0, b.refused - a.refused) for a, b in itertools.pairwise(memory)) + (
+        memory[0].refused if memory else 0
     )
     slos.append(
         Slo(

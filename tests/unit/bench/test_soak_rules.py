@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.soak.records import Evidence, FaultEvent, NginxLine, Record, Sample, Slo, parse_nginx_log
+from bench.soak.records import Evidence, FaultEvent, NginxLine, Record, RedisMemory, Sample, Slo, parse_nginx_log
 from bench.soak.rules import judge, phases, usage_rule
 from bench.soak.traffic import parse_mix
 
@@ -136,7 +136,8 @@ def test_a_gateway_whose_memory_grows_late_in_its_life_leaks() -> None:
         Sample(float(t), "gateway-1", 11, 100_000_000 + (t > 200) * 30_000_000, 40, 1.0) for t in range(0, 300, 10)
     ]
     facts = evidence([], [])
-    facts.samples = steady + grown + [Sample(5.0, "redis-memory", 0, 1_000, 0, 2_000.0)]
+    facts.samples = steady + grown
+    facts.redis_memory = [RedisMemory(5.0, 1_000, 2_000, 0)]
     slos, _ = judge(facts)
     leak = slo(slos, "no leak in the gateways")
     assert not leak.met and "gateway-1" in leak.measured and "gateway-0" not in leak.measured
@@ -151,7 +152,7 @@ def test_the_load_balancers_idle_connections_are_no_leak_and_the_gateways_own_fi
     ]
     leaking = [Sample(float(t), "gateway-1", 11, 10**8, 40 + (t > 150) * 8, 1.0, 2) for t in range(0, 300, 10)]
     facts = evidence([], [])
-    facts.samples = plateau + leaking + [Sample(5.0, "redis-memory", 0, 1_000, 0, 2_000.0)]
+    facts.samples = plateau + leaking
     leak = slo(judge(facts)[0], "no leak in the gateways")
     assert not leak.met and "gateway-1" in leak.measured and "gateway-0" not in leak.measured
     assert "connections to a replica 0-8" in leak.measured
@@ -162,8 +163,7 @@ def test_redis_may_cross_maxmemory_by_a_write_but_never_refuse_one() -> None:
 
     def redis_met(*readings: tuple[int, int]) -> bool:  # (used_memory, writes refused so far)
         facts = evidence([], [])
-        facts.samples = [Sample(float(t), "redis-memory", 0, used, 0, float(limit), refused) for t, (used, refused)
-                         in enumerate(readings)]  # fmt: skip
+        facts.redis_memory = [RedisMemory(float(t), used, limit, refused) for t, (used, refused) in enumerate(readings)]
         return slo(judge(facts)[0], "redis memory within maxmemory").met
 
     assert redis_met((limit - 10, 0), (limit + 4_000, 0), (limit - 500, 0))  # evicted right after the write
@@ -190,7 +190,7 @@ def test_the_report_writes_soak_json_with_the_named_slos_and_one_png_per_figure(
     records = [Record(f"r{i}", "embeddings", "search", float(i), latency=0.02, status=200) for i in range(100)]
     facts = evidence(records, [fault])
     facts.samples = [Sample(float(t), "gateway-0", 10, 10**8, 40, 1.0) for t in range(0, 100, 5)]
-    facts.samples += [Sample(float(t), "redis-memory", 0, 10**6, 0, 2.0 * 10**8) for t in range(0, 100, 5)]
+    facts.redis_memory = [RedisMemory(float(t), 10**6, 2 * 10**8, 0) for t in range(0, 100, 5)]
     slos, table = judge(facts)
     write_report(tmp_path, facts, slos, table, {"notes": []})
     saved = json.loads((tmp_path / "soak.json").read_text())
