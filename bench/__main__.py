@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="embeddings: the checkpoint it was exported from (default: packaged MiniLM)")
     parser.add_argument("--no-infinity", dest="infinity", action="store_false", default=None, help="embeddings")
     parser.add_argument("--data", type=Path, help="caches, search: folder with en/mrpc_test.tsv and zh/lcqmc_test.tsv")
+    parser.add_argument("--peers", help="search: stores run after the embedded one, of milvus,chromadb (default both)")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.parts) - set(PARTS))
     if unknown:
@@ -76,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # readiness polls; a line per request costs client CPU
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    options = {"repository": args.repository, "model": args.model, "infinity": args.infinity, "data": args.data}
+    options = {
+        "repository": args.repository, "model": args.model, "infinity": args.infinity, "data": args.data,
+        "peers": args.peers,
+    }  # fmt: skip
     run_dir = args.out or RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in args.parts or PARTS:

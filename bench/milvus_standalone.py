@@ -1,6 +1,7 @@
 """How Milvus standalone 2.3.5 (the `milvus` package's `milvus-server`: embedded etcd, RocksMQ, local storage) is
-started on this machine, by the soak and by the tests alike: every port its own, the embedded etcd's too, and the
-same ports again after a restart.
+started on this machine, by the soak, the search part and the tests alike: every port its own, the embedded etcd's
+too, and the same ports again after a restart; and what they ask it besides the gateway's calls (whether it answers,
+how far it has indexed a collection).
 
 - Ports: milvus-server takes a `--x-port` only if it can bind it right now (without SO_REUSEADDR), else it quietly
   writes the next free port into milvus.yaml: a restart, while the stopped Milvus' connections sit in TIME_WAIT on
@@ -20,6 +21,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+from pymilvus import MilvusClient
+from pymilvus.exceptions import MilvusException
+
+from gateway.search.milvus import milvus_name
 from localtriton.ports import free_port
 
 VERSION = "2.3.5"
@@ -70,3 +76,35 @@ def milvus_launch(data: Path, proxy_port: int | None = None) -> MilvusLaunch:
     for key, value in {**pinned, **SETTINGS}.items():
         command += ["--extra-config", f"{key}={value}"]
     return MilvusLaunch(command, {"ETCD_CONFIG_PATH": str(etcd)}, ports["proxy-port"])
+
+
+def milvus_answers(uri: str) -> bool:
+    """Whether Milvus at `uri` answers a call."""
+    try:
+        client = MilvusClient(uri=uri, timeout=3)
+    except (MilvusException, grpc.RpcError):  # refused, or a connect that timed out while Milvus starts
+        return False
+    try:
+        client.list_collections(timeout=3)
+        return True
+    except (MilvusException, grpc.RpcError):
+        return False
+    finally:
+        client.close()
+
+
+def milvus_index_progress(uri: str, collection: str) -> tuple[int, int] | None:
+    """(indexed rows, rows) of the gateway collection's vector index, as Milvus counts them (sealed segments only);
+    None while Milvus does not answer."""
+    try:
+        client = MilvusClient(uri=uri, timeout=5)
+    except (MilvusException, grpc.RpcError):
+        return None
+    try:
+        (index,) = client.list_indexes(milvus_name(collection), timeout=5)
+        described = client.describe_index(milvus_name(collection), index, timeout=5)
+        return int(described["indexed_rows"]), int(described["total_rows"])
+    except (MilvusException, grpc.RpcError):
+        return None
+    finally:
+        client.close()

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -26,7 +26,8 @@ class ServerProcess:
         self.log_path = log_dir / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, ready_url: str, *, timeout: float = 180.0) -> None:
+    def start(self, ready: str | Callable[[], bool], *, timeout: float = 180.0) -> None:
+        """Start it and wait until it is ready: the URL `ready` answers 200, or the check `ready` says so."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
@@ -36,13 +37,16 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.process.returncode}; see {self.log_path}")
-            with contextlib.suppress(httpx.HTTPError):
-                response = httpx.get(ready_url, timeout=2)
-                if response.status_code == 200:
+            if callable(ready):
+                if ready():
                     return
+            else:
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(ready, timeout=2).status_code == 200:
+                        return
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"{self.name} not ready at {ready_url} after {timeout:.0f} s; see {self.log_path}")
+        raise RuntimeError(f"{self.name} not ready ({ready}) after {timeout:.0f} s; see {self.log_path}")
 
     @property
     def pid(self) -> int:

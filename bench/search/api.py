@@ -49,6 +49,15 @@ async def create_collection(base_url: str) -> None:
             raise RuntimeError(f"creating the collection answered {response.status}: {await response.text()}")
 
 
+async def delete_collection(base_url: str) -> None:
+    async with (
+        aiohttp_session(1) as session,
+        session.delete(f"{base_url}/v1/collections/{COLLECTION}") as response,
+    ):
+        if response.status >= 300:
+            raise RuntimeError(f"deleting the collection answered {response.status}: {await response.text()}")
+
+
 async def embed(
     base_url: str,
     texts: Sequence[str],
@@ -128,10 +137,11 @@ async def search(
 
 
 async def latency_point(
-    base_url: str, plan: Plan, concurrency: int, filtered: bool, run: int
+    base_url: str, plan: Plan, concurrency: int, filtered: bool, run: int, *, store_operation: str = STORE_SEARCH
 ) -> tuple[RunStats, Breakdown]:
     """`plan.queries_per_point` searches at `concurrency` (each with the filter `{"bucket": n}` if `filtered`),
-    and the gateway's own means over them. Run r asks queries r*count.. so the runs differ, the systems do not."""
+    and the gateway's own means over them (`store_operation`: the store's search in its histogram). Run r asks
+    queries r*count.. so the runs differ, the systems do not."""
     queries, count = plan.corpus.queries, plan.queries_per_point
     offset = run * count
     async with aiohttp_session(concurrency) as session:
@@ -144,10 +154,10 @@ async def latency_point(
 
         stats = await closed_loop(request, total=count, concurrency=concurrency)
         after = await scrape(session, base_url)
-    return stats, breakdown(before, after)
+    return stats, breakdown(before, after, store_operation)
 
 
-def breakdown(before: str, after: str) -> Breakdown:
+def breakdown(before: str, after: str, store_operation: str = STORE_SEARCH) -> Breakdown:
     def mean_ms(name: str, **labels: str) -> float:
         total = metric(after, f"{name}_sum", **labels) - metric(before, f"{name}_sum", **labels)
         count = metric(after, f"{name}_count", **labels) - metric(before, f"{name}_count", **labels)
@@ -156,5 +166,5 @@ def breakdown(before: str, after: str) -> Breakdown:
     return Breakdown(
         http_ms=mean_ms("gateway_http_request_duration_seconds", route=SEARCH_ROUTE, status="200"),
         embedding_ms=mean_ms("gateway_triton_request_duration_seconds"),
-        store_ms=mean_ms("gateway_search_store_duration_seconds", operation=STORE_SEARCH),
+        store_ms=mean_ms("gateway_search_store_duration_seconds", operation=store_operation),
     )

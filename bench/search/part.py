@@ -1,12 +1,15 @@
-"""The search part's run: Triton and the gateway (embedded store), then chromadb on the same data.
+"""The search part's run: Triton and the gateway (embedded store), then Milvus and chromadb on the same data.
 
 1. Ingest: the real documents through the API in 64-document upserts, alternating run by run with the same texts
    through 32-text /v1/embeddings requests (whose vectors are kept for the exact search).
-2. Quality on the real documents: every query through the API against exact cosine search over the same vectors.
+2. Quality on the real documents: every query through the API against exact cosine search over the same vectors;
+   the latency at concurrency 1 and 8 on them alone (beside Milvus's, step 4).
 3. The gateway stops; the collection is topped up to `plan.total_documents` through its own store (`fill`), the
    gateway starts again on it: quality once more, then the latency sweep (concurrency 1, 8, 32, with and without a
    filter), with the gateway's histograms saying where the time went.
-4. chromadb, its embedding function running the served INT8 graph in-process, on the same documents, top-up and
+4. Milvus standalone behind the gateway, on the real documents, without and with the flush of bulk writes
+   (`milvus_peer`).
+5. chromadb, its embedding function running the served INT8 graph in-process, on the same documents, top-up and
    queries (`chroma`).
 Every query and text is embedded by the model (the embedding cache is off and every request says no-cache).
 """
@@ -27,18 +30,26 @@ from bench.results import PartResult, load_note
 from bench.search import api
 from bench.search.chroma import POINT_SECONDS, run_chroma
 from bench.search.fill import filler, stored_vectors, write_top_up
-from bench.search.plan import CHROMA, CONCURRENCIES, DEFAULT_DATA, GATEWAY, PART, Plan
+from bench.search.milvus_peer import CONCURRENCIES as MILVUS_CONCURRENCIES
+from bench.search.milvus_peer import run_milvus
+from bench.search.plan import CHROMA, CONCURRENCIES, DEFAULT_DATA, GATEWAY, GATEWAY_REAL, PART, PEERS, Plan
 from bench.search.quality import Vectors, exact_ranked, overlap, quality
 from bench.search.report import Measured, build_result
+from bench.search.sweep import sweep
 from bench.stack import REPOSITORY, Endpoint, gateway, triton
 
 log = logging.getLogger("bench.search")
 
 
-async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, data: Path = DEFAULT_DATA) -> PartResult:
+async def run(
+    out_dir: Path, *, runs: int = 3, quick: bool = False, data: Path = DEFAULT_DATA, peers: str = ",".join(PEERS)
+) -> PartResult:
     load_at_start = os.getloadavg()[0]
     require_export(REPOSITORY)
-    plan = Plan.make(data, runs=runs, quick=quick)
+    chosen = frozenset(p.strip() for p in peers.split(",") if p.strip())
+    if chosen - PEERS:
+        raise ValueError(f"unknown peer(s) {', '.join(sorted(chosen - PEERS))}; choose from {', '.join(PEERS)}")
+    plan = Plan.make(data, runs=runs, quick=quick, peers=chosen)
     corpus = plan.corpus
     log_dir = out_dir / "logs" / PART
     store = log_dir / "store"
@@ -78,6 +89,10 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, data: Path =
         first.server.stop()
         vectors = stored_vectors(store, [corpus.document_id(i) for i in range(len(corpus.documents))])
         record_quality(measured, "real documents", ranked, vectors, queries, corpus.answers)
+        if "milvus" in plan.peers:
+            second = start_gateway(log_dir, environment, "gateway-search-real", servers)
+            await sweep(measured, second.base_url, plan, GATEWAY_REAL, MILVUS_CONCURRENCIES)
+            second.server.stop()
         write()
         top_up = filler(plan, vectors)
         await write_top_up(store, plan, top_up)
@@ -87,15 +102,13 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, data: Path =
         ranked = await api.answer_queries(second.base_url, corpus.queries, len(corpus.documents))
         record_quality(measured, "topped up", ranked, everything, queries, corpus.answers)
         for number in range(plan.runs):
-            for concurrency in CONCURRENCIES:
-                for filtered in (False, True):
-                    stats, breakdown = await api.latency_point(second.base_url, plan, concurrency, filtered, number)
-                    measured.latency.setdefault((GATEWAY, concurrency, filtered), []).append(stats)
-                    measured.breakdowns.setdefault((concurrency, filtered), []).append(breakdown)
-                    log.info("gateway @ %d%s: p50 %.1f ms, p99 %.1f ms", concurrency, " filter" if filtered else "",
-                             stats.p(50), stats.p(99))  # fmt: skip
+            await sweep(measured, second.base_url, plan, GATEWAY, CONCURRENCIES, number)
             write()
-    if plan.chroma:
+        second.server.stop()
+        if "milvus" in plan.peers:
+            notes += await run_milvus(plan, log_dir, environment, measured, queries)
+            write()
+    if "chromadb" in plan.peers:
         max_length = int(json.loads((REPOSITORY / "bge_onnx/1/parity.json").read_text())["max_sequence_length"])
         peer = await run_chroma(plan, top_up.vectors, top_up.texts, log_dir / "chroma", max_length)
         measured.chroma_ingest = peer.ingest_documents_per_second

@@ -12,16 +12,12 @@ import logging
 import time
 from typing import Any
 
-import grpc
-from pymilvus import MilvusClient
-from pymilvus.exceptions import MilvusException
-
+from bench.milvus_standalone import milvus_index_progress
 from bench.soak.platform import Platform
 from bench.soak.processes import process_groups
 from bench.soak.records import Record
 from bench.soak.rules import LATENCY_GOALS_MS, percentile
 from bench.soak.traffic import Load
-from gateway.search.milvus import milvus_name
 
 FIRST_RATE = 4.0  # requests per second
 GROWTH = 1.5
@@ -43,23 +39,6 @@ def cpu_by_process(platform: Platform) -> dict[str, float]:
     return {name: value for name, value in readings.items() if value is not None}
 
 
-def milvus_index_progress(port: int, collection: str) -> tuple[int, int] | None:
-    """(indexed rows, rows) of the collection's vector index, as Milvus counts them (sealed segments only);
-    None while Milvus does not answer."""
-    try:
-        client = MilvusClient(uri=f"http://127.0.0.1:{port}", timeout=5)
-    except (MilvusException, grpc.RpcError):
-        return None
-    try:
-        (index,) = client.list_indexes(milvus_name(collection), timeout=5)
-        described = client.describe_index(milvus_name(collection), index, timeout=5)
-        return int(described["indexed_rows"]), int(described["total_rows"])
-    except (MilvusException, grpc.RpcError):
-        return None
-    finally:
-        client.close()
-
-
 async def _answered(records: list[Record], timeout: float) -> None:
     """Wait (the load paused) until every request of `records` has its answer or error, at most `timeout`."""
     deadline = time.monotonic() + timeout
@@ -74,7 +53,7 @@ async def settle(platform: Platform, collection: str, rows: int, notes: list[str
     deadline = started + SETTLE_TIMEOUT_SECONDS
     progress = None
     while time.monotonic() < started + INDEX_TIMEOUT_SECONDS:
-        progress = await asyncio.to_thread(milvus_index_progress, platform.milvus_port, collection)
+        progress = await asyncio.to_thread(milvus_index_progress, platform.milvus_uri, collection)
         if progress is not None and progress[0] >= rows:
             break
         await asyncio.sleep(5.0)

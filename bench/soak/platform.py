@@ -88,6 +88,10 @@ class Platform:
     # ---------------------------------------------------------------- start and stop
 
     @property
+    def milvus_uri(self) -> str:
+        return f"http://127.0.0.1:{self.milvus_port}"
+
+    @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.nginx_port}"
 
@@ -166,7 +170,7 @@ class Platform:
         from pymilvus.exceptions import MilvusException
 
         try:
-            client = MilvusClient(uri=f"http://127.0.0.1:{self.milvus_port}", timeout=3)
+            client = MilvusClient(uri=self.milvus_uri, timeout=3)
         except (MilvusException, grpc.RpcError):  # refused, or a connect that timed out while Milvus starts
             return False
         try:
@@ -233,7 +237,7 @@ class Platform:
             "SEARCH_PATH": str(run / f"gateway-{index}-search"),
             "TRITON_URL": f"ipv4:{tritons}",
             "REDIS_URL": self.redis_url,
-            "SEARCH_MILVUS_URI": f"http://127.0.0.1:{self.milvus_port}",
+            "SEARCH_MILVUS_URI": self.milvus_uri,
             "HUNYUAN_BASE_URL": f"http://127.0.0.1:{self.hunyuan_port}/v1",
             "HUNYUAN_API_KEY": SIM_KEY,
             "HUNYUAN_MODELS": CHAT_MODEL,

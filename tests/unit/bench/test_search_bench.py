@@ -45,7 +45,7 @@ def test_the_corpus_indexes_second_sentences_and_asks_first_ones(tmp_path: Path)
 def test_the_top_up_lies_around_the_real_vectors(tmp_path: Path) -> None:
     write_pairs(tmp_path / "en/mrpc_test.tsv", [(f"q{i}", f"d{i}", 1) for i in range(4)])
     write_pairs(tmp_path / "zh/lcqmc_test.tsv", [("问", "文", 1)])
-    plan = Plan(load_corpus(tmp_path), total_documents=505, queries_per_point=1, runs=1, chroma=False)
+    plan = Plan(load_corpus(tmp_path), total_documents=505, queries_per_point=1, runs=1, peers=frozenset())
     real = np.eye(5, 384, dtype=np.float32)
     top_up = filler(plan, real)
     assert top_up.vectors.shape == (500, 384)
