@@ -13,6 +13,9 @@ how far it has indexed a collection).
   old node IDs ("node not match", milvus-io/milvus#26815) and searches fail, so the lease is 10 s, not 30 (kept
   through 40 s of three busy loops a core). Standalone's graceful stop never ends by itself (its query node waits
   to hand its segments to another node): it is cut short after 5 s.
+- Time tick: a read that must see a write (the gateway's `Customized` guarantee right after one, `Strong` without
+  Redis) waits until the query node has passed the write's timestamp, which moves one proxy time tick at a time:
+  200 ms by default, 50 ms here (docs/operations.md, Scale: Milvus).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ PORT_KEYS = {
     "root-coord-port": "rootCoord.port", "query-coord-port": "queryCoord.port", "query-node-port": "queryNode.port",
     "index-node-port": "indexNode.port", "data-coord-port": "dataCoord.port", "data-node-port": "dataNode.port",
 }  # fmt: skip
-SETTINGS = {"common.session.ttl": "10", "common.gracefulStopTimeout": "5"}
+SETTINGS = {"common.session.ttl": "10", "common.gracefulStopTimeout": "5", "proxy.timeTickInterval": "50"}
 
 
 @dataclass(frozen=True)

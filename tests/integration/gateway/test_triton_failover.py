@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,10 +23,20 @@ WORKERS = 6  # concurrent callers, each sending unique single texts back to back
 
 
 @pytest.fixture(scope="module")
-def two_tritons(
+def started_tritons(
     minilm_repository: Path, triton_factory: Callable[[Path], TritonProcess]
-) -> Iterator[tuple[TritonProcess, TritonProcess]]:
-    yield triton_factory(minilm_repository), triton_factory(minilm_repository)
+) -> tuple[TritonProcess, TritonProcess]:
+    return triton_factory(minilm_repository), triton_factory(minilm_repository)
+
+
+@pytest.fixture
+def two_tritons(started_tritons: tuple[TritonProcess, TritonProcess]) -> tuple[TritonProcess, TritonProcess]:
+    """Both running (a test that failed half-way may have left one stopped)."""
+    for triton in started_tritons:
+        if triton.pid is None:
+            triton.start()
+            triton.wait_ready(180)
+    return started_tritons
 
 
 class Load:

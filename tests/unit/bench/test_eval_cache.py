@@ -53,11 +53,20 @@ def test_sweep_of_a_class_without_pairs_is_zero() -> None:
     assert (row.hit_rate, row.false_hit_rate, row.negatives) == (0.5, 0.0, 0)
 
 
-def test_recommend_picks_the_lowest_threshold_within_the_false_hit_budget() -> None:
+def test_sweep_gives_the_false_hits_share_of_the_hits() -> None:
+    rows = sweep(SIMILARITIES, LABELS, [0.80, 0.90, 0.92, 1.0])
+    assert [r.false_share for r in rows] == [2 / 6, 1 / 4, 0.0, 0.0]
+
+
+def test_recommend_picks_the_lowest_threshold_within_the_false_share_budget() -> None:
     rows = sweep(SIMILARITIES, LABELS, [0.80, 0.90, 0.92, 0.95])
-    assert recommend(rows) == Recommendation(0.92, 0.4, 0.0)
-    assert recommend(rows, max_false_hit_rate=0.2) == Recommendation(0.90, 0.6, 0.2)
-    assert recommend(list(reversed(rows))) == Recommendation(0.92, 0.4, 0.0)
+    assert recommend(rows) == Recommendation(0.92, 0.4, 0.0, 0.0)
+    assert recommend(rows, max_false_share=0.25) == Recommendation(0.90, 0.6, 0.2, 0.25)
+    assert recommend(list(reversed(rows))) == Recommendation(0.92, 0.4, 0.0, 0.0)
+
+
+def test_recommend_never_picks_a_threshold_without_hits() -> None:
+    assert recommend(sweep(SIMILARITIES, LABELS, [1.0])) is None
 
 
 def test_recommend_none_when_every_threshold_serves_too_many_false_hits() -> None:
@@ -78,11 +87,18 @@ def test_evaluate_pools_languages_into_overall() -> None:
     )
     assert set(result["sweep"]) == {"en", "zh", OVERALL}
     assert result["sweep"][OVERALL] == [
-        {"threshold": 0.9, "hit_rate": 0.6, "false_hit_rate": 0.2, "positives": 5, "negatives": 5},
-        {"threshold": 0.92, "hit_rate": 0.4, "false_hit_rate": 0.0, "positives": 5, "negatives": 5},
+        {"threshold": 0.9, "hit_rate": 0.6, "false_hit_rate": 0.2, "positives": 5, "negatives": 5, "false_share": 0.25},
+        {"threshold": 0.92, "hit_rate": 0.4, "false_hit_rate": 0.0, "positives": 5, "negatives": 5, "false_share": 0.0},
     ]
-    assert result["recommended"][OVERALL] == {"threshold": 0.92, "hit_rate": 0.4, "false_hit_rate": 0.0}
-    assert result["recommended"]["zh"] == {"threshold": 0.9, "hit_rate": 1 / 3, "false_hit_rate": 0.0}
+    assert result["recommended"][OVERALL] == {
+        "threshold": 0.92, "hit_rate": 0.4, "false_hit_rate": 0.0, "false_share": 0.0
+    }  # fmt: skip
+    assert result["recommended"]["zh"] == {
+        "threshold": 0.9,
+        "hit_rate": 1 / 3,
+        "false_hit_rate": 0.0,
+        "false_share": 0.0,
+    }
 
 
 def test_markdown_report_has_a_table_and_the_recommendation(tmp_path: Path) -> None:
@@ -92,9 +108,9 @@ def test_markdown_report_has_a_table_and_the_recommendation(tmp_path: Path) -> N
         {"simhash": result, "embedding": evaluate({"en": SIMILARITIES}, {"en": LABELS}, [0.5])}, meta
     )
     assert "## simhash" in report and "## embedding" in report
-    assert "**Recommended threshold: 0.92** (hit rate 0.400, false-hit rate 0.000 overall)" in report
-    assert "| 0.90 | 0.600 | 0.200 | 0.600 | 0.200 |" in report
-    assert "No threshold keeps the overall false-hit rate <= 1%." in report
+    assert "**Recommended threshold: 0.92** (hit rate 0.400, false-hit rate 0.000, false share 0.000 overall)" in report
+    assert "| 0.90 | 0.600 | 0.200 | 0.250 | 0.600 | 0.200 | 0.250 |" in report
+    assert "No threshold keeps false hits <= 1% of the hits." in report
     json.dumps(result)  # the raw numbers are JSON as they are
 
 

@@ -56,7 +56,7 @@ def test_simhash_matcher_fingerprints_are_the_simhash_and_the_text_and_score_the
 
 def test_simhash_matcher_does_not_take_a_question_about_another_subject_for_a_paraphrase() -> None:
     """Found by the soak: two questions that share their frame and differ in subject and verb have 64-bit SimHashes
-    within a few bits of each other, above the default threshold; their n-gram cosine is far below it."""
+    within a few bits of each other (an estimate of 0.88 or more); their n-gram cosine is far below any threshold."""
     asked = "what is the reason a stream is retried on a region failover?"
     cached = "what is the reason a collection is limited by a region failover?"
     assert similar(asked, cached) >= 0.88
@@ -78,7 +78,7 @@ def test_simhash_matcher_scores_far_pairs_by_their_estimate() -> None:
 def test_simhash_leaves_texts_of_a_few_ngrams_and_long_texts_unmatched() -> None:
     matcher = SimHashMatcher()
     short = [f"q{i}" for i in range(300)]
-    # the reason: different short texts look alike, to the SimHash (above the 0.88 default) and in n-grams
+    # the reason: different short texts look alike, to the SimHash (0.88 or more) and in n-grams
     assert similar(short[171], short[172]) >= 0.88
     assert not any(matcher.comparable(text) for text in short)
     assert matcher.comparable("How do I reset my password?")
