@@ -27,8 +27,8 @@ from bench.milvus_standalone import milvus_answers, milvus_index_progress, milvu
 from bench.processes import ServerProcess
 from bench.search import api
 from bench.search.plan import COLLECTION, MILVUS, MILVUS_NO_FLUSH, Plan
-from bench.search.quality import Vectors, exact_ranked, overlap, quality, unit
-from bench.search.report import Measured
+from bench.search.quality import Vectors, unit
+from bench.search.report import Measured, record_quality
 from bench.search.sweep import sweep
 from bench.stack import gateway
 from gateway.search.milvus import ids_expression, milvus_name
@@ -64,8 +64,9 @@ async def run_milvus(
                 waited = await indexed(launch.uri, len(plan.corpus.documents)) if system == MILVUS else None
                 ranked = await api.answer_queries(endpoint.base_url, plan.corpus.queries, len(plan.corpus.documents))
                 ids = [plan.corpus.document_id(i) for i in range(len(plan.corpus.documents))]
-                record(measured, system, ranked, await asyncio.to_thread(stored_vectors, launch.uri, ids), queries,
-                       plan.corpus.answers)  # fmt: skip
+                stored = await asyncio.to_thread(stored_vectors, launch.uri, ids)
+                record_quality(measured, "real documents", ranked, stored, queries, plan.corpus.answers, system=system,
+                               reference=f"exact on {system}'s vectors")  # fmt: skip
                 await sweep(measured, endpoint.base_url, plan, system, CONCURRENCIES, store_operation="search")
                 notes.append(
                     f"{system}: ingest {rate:.0f} documents/s"
@@ -106,15 +107,3 @@ def stored_vectors(uri: str, ids: Sequence[str]) -> Vectors:
     finally:
         client.close()
     return unit(np.asarray([found[i] for i in ids], dtype=np.float32))
-
-
-def record(
-    measured: Measured, system: str, ranked: list[list[int]], documents: Vectors, queries: Vectors, answers: list[int]
-) -> None:
-    exact = exact_ranked(documents, queries)
-    measured.quality[f"real documents: {system}"] = {
-        **quality(ranked, answers),
-        "top-10 overlap with exact": overlap(ranked, exact),
-    }
-    measured.quality[f"real documents: exact on {system}'s vectors"] = quality(exact, answers)
-    log.info("quality, %s: %s", system, measured.quality[f"real documents: {system}"])

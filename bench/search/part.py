@@ -33,8 +33,8 @@ from bench.search.fill import filler, stored_vectors, write_top_up
 from bench.search.milvus_peer import CONCURRENCIES as MILVUS_CONCURRENCIES
 from bench.search.milvus_peer import run_milvus
 from bench.search.plan import CHROMA, CONCURRENCIES, DEFAULT_DATA, GATEWAY, GATEWAY_REAL, PART, PEERS, Plan
-from bench.search.quality import Vectors, exact_ranked, overlap, quality
-from bench.search.report import Measured, build_result
+from bench.search.quality import overlap, quality
+from bench.search.report import Measured, build_result, record_quality
 from bench.search.sweep import sweep
 from bench.stack import REPOSITORY, Endpoint, gateway, triton
 
@@ -135,21 +135,3 @@ def start_gateway(log_dir: Path, environment: dict[str, str], name: str, servers
     servers.append(endpoint.server)
     endpoint.server.start(endpoint.ready_url)
     return endpoint
-
-
-def record_quality(
-    measured: Measured, stage: str, ranked: list[list[int]], documents: Vectors, queries: Vectors, answers: list[int]
-) -> None:
-    """The engine's figures through the API and exact search's on the same vectors (which bound the engine's)."""
-    exact = exact_ranked(documents, queries)
-    measured.quality[f"{stage}: {GATEWAY}"] = {
-        **quality(ranked, answers),
-        "top-10 overlap with exact": overlap(ranked, exact),
-    }
-    measured.quality[f"{stage}: exact"] = quality(exact, answers)
-    log.info(
-        "quality, %s: %s; exact: %s",
-        stage,
-        measured.quality[f"{stage}: {GATEWAY}"],
-        measured.quality[f"{stage}: exact"],
-    )

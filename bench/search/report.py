@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,8 +21,11 @@ from bench.search.plan import (
     PART,
     RECALL_GOAL,
 )
+from bench.search.quality import Vectors, exact_ranked, overlap, quality
 
 Key = tuple[str, int, bool]  # system, concurrency, filtered
+
+log = logging.getLogger("bench.search")
 
 
 @dataclass
@@ -34,6 +38,29 @@ class Measured:
     quality: dict[str, dict[str, float]] = field(default_factory=dict)  # "<stage>: <system>" -> figures
     latency: dict[Key, list[RunStats]] = field(default_factory=dict)
     breakdowns: dict[Key, list[Breakdown]] = field(default_factory=dict)  # the gateway's, per store
+
+
+def record_quality(
+    measured: Measured,
+    stage: str,
+    ranked: list[list[int]],
+    documents: Vectors,
+    queries: Vectors,
+    answers: list[int],
+    *,
+    system: str = GATEWAY,
+    reference: str = "exact",
+) -> None:
+    """The system's figures through the API, and exact search's (named `reference`) on the same vectors, which
+    bound the system's."""
+    exact = exact_ranked(documents, queries)
+    measured.quality[f"{stage}: {system}"] = {
+        **quality(ranked, answers),
+        "top-10 overlap with exact": overlap(ranked, exact),
+    }
+    measured.quality[f"{stage}: {reference}"] = quality(exact, answers)
+    log.info("quality, %s, %s: %s; %s: %s", stage, system, measured.quality[f"{stage}: {system}"], reference,
+             measured.quality[f"{stage}: {reference}"])  # fmt: skip
 
 
 def build_result(measured: Measured, notes: Sequence[str]) -> PartResult:
