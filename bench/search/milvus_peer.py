@@ -64,7 +64,7 @@ async def run_milvus(
                 waited = await indexed(launch.uri, len(plan.corpus.documents)) if system == MILVUS else None
                 ranked = await api.answer_queries(endpoint.base_url, plan.corpus.queries, len(plan.corpus.documents))
                 ids = [plan.corpus.document_id(i) for i in range(len(plan.corpus.documents))]
-                stored = await asyncio.to_thread(stored_vectors, launch.uri, ids)
+                stored = await asyncio.to_thread(milvus_vectors, launch.uri, ids)
                 record_quality(measured, "real documents", ranked, stored, queries, plan.corpus.answers, system=system,
                                reference=f"exact on {system}'s vectors")  # fmt: skip
                 await sweep(measured, endpoint.base_url, plan, system, CONCURRENCIES, store_operation="search")
@@ -91,7 +91,7 @@ async def indexed(uri: str, rows: int) -> float:
     raise RuntimeError(f"Milvus had not indexed {rows} rows after {INDEX_TIMEOUT_SECONDS:.0f} s")
 
 
-def stored_vectors(uri: str, ids: Sequence[str]) -> Vectors:
+def milvus_vectors(uri: str, ids: Sequence[str]) -> Vectors:
     """The vectors Milvus holds for `ids`: the exact search's reference must use the very vectors it searched."""
     client = MilvusClient(uri=uri, timeout=30)
     try:
