@@ -41,10 +41,11 @@ READ_BATCH = 1_000
 
 
 async def run_milvus(
-    plan: Plan, log_dir: Path, environment: dict[str, str], measured: Measured, queries: Vectors
+    plan: Plan, log_dir: Path, environment: dict[str, str], measured: Measured, queries: Vectors, triton: ServerProcess
 ) -> list[str]:
     """Both Milvus runs into `measured` (quality under "real documents: <system>", latency per system); answers
-    the report's notes. `environment` is the embedded run's gateway environment (Triton, caches off)."""
+    the report's notes. `environment` is the embedded run's gateway environment (the running `triton`, caches
+    off)."""
     shutil.rmtree(log_dir / "milvus", ignore_errors=True)  # a fresh Milvus: no collection of an earlier run
     launch = milvus_launch(log_dir / "milvus")
     milvus = ServerProcess("milvus", launch.command, env=launch.env, log_dir=log_dir)
@@ -67,7 +68,9 @@ async def run_milvus(
                 stored = await asyncio.to_thread(milvus_vectors, launch.uri, ids)
                 record_quality(measured, "real documents", ranked, stored, queries, plan.corpus.answers, system=system,
                                reference=f"exact on {system}'s vectors")  # fmt: skip
-                await sweep(measured, endpoint.base_url, plan, system, CONCURRENCIES, store_operation="search")
+                serving = {"triton": triton, "gateway": endpoint.server, "milvus": milvus}
+                await sweep(measured, endpoint.base_url, plan, system, CONCURRENCIES, store_operation="search",
+                            serving=serving)  # fmt: skip
                 notes.append(
                     f"{system}: ingest {rate:.0f} documents/s"
                     + (f", every row indexed {waited:.0f} s after the ingest returned" if waited is not None else "")

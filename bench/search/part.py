@@ -91,7 +91,8 @@ async def run(
         record_quality(measured, "real documents", ranked, vectors, queries, corpus.answers)
         if "milvus" in plan.peers:
             second = start_gateway(log_dir, environment, "gateway-search-real", servers)
-            await sweep(measured, second.base_url, plan, GATEWAY_REAL, MILVUS_CONCURRENCIES)
+            await sweep(measured, second.base_url, plan, GATEWAY_REAL, MILVUS_CONCURRENCIES,
+                        serving={"triton": triton_endpoint.server, "gateway": second.server})  # fmt: skip
             second.server.stop()
         write()
         top_up = filler(plan, vectors)
@@ -102,11 +103,12 @@ async def run(
         ranked = await api.answer_queries(second.base_url, corpus.queries, len(corpus.documents))
         record_quality(measured, "topped up", ranked, everything, queries, corpus.answers)
         for number in range(plan.runs):
-            await sweep(measured, second.base_url, plan, GATEWAY, CONCURRENCIES, number)
+            await sweep(measured, second.base_url, plan, GATEWAY, CONCURRENCIES, number,
+                        serving={"triton": triton_endpoint.server, "gateway": second.server})  # fmt: skip
             write()
         second.server.stop()
         if "milvus" in plan.peers:
-            notes += await run_milvus(plan, log_dir, environment, measured, queries)
+            notes += await run_milvus(plan, log_dir, environment, measured, queries, triton_endpoint.server)
             write()
     if "chromadb" in plan.peers:
         max_length = int(json.loads((REPOSITORY / "bge_onnx/1/parity.json").read_text())["max_sequence_length"])

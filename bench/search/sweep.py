@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
+from bench.processes import ServerProcess
 from bench.search import api
 from bench.search.api import STORE_SEARCH
 from bench.search.plan import Plan
@@ -20,13 +22,22 @@ async def sweep(
     concurrencies: tuple[int, ...],
     run: int = 0,
     store_operation: str = STORE_SEARCH,
+    serving: Mapping[str, ServerProcess] | None = None,
 ) -> None:
-    """The latency points of one run at each concurrency, without and with the filter, into `measured`."""
+    """The latency points of one run at each concurrency, without and with the filter, into `measured`; with the
+    CPU each of the `serving` processes (by name) spent per search."""
+    processes = dict(serving or {})
     for concurrency in concurrencies:
         for filtered in (False, True):
+            before = {name: process.cpu_seconds() for name, process in processes.items()}
             stats, breakdown = await api.latency_point(base_url, plan, concurrency, filtered, run,
                                                        store_operation=store_operation)  # fmt: skip
-            measured.latency.setdefault((system, concurrency, filtered), []).append(stats)
-            measured.breakdowns.setdefault((system, concurrency, filtered), []).append(breakdown)
+            key = (system, concurrency, filtered)
+            measured.latency.setdefault(key, []).append(stats)
+            measured.breakdowns.setdefault(key, []).append(breakdown)
+            searches = max(1, len(stats.latencies))
+            measured.cpu.setdefault(key, []).append(
+                {name: 1000 * (process.cpu_seconds() - before[name]) / searches for name, process in processes.items()}
+            )
             log.info("%s @ %d%s: p50 %.1f ms, p99 %.1f ms", system, concurrency, " filter" if filtered else "",
                      stats.p(50), stats.p(99))  # fmt: skip

@@ -166,9 +166,7 @@ class MilvusStore:
         rows = await self._run(
             self._search, target, vector.tolist(), top_k, expression, await self._clock.level(target)
         )
-        hits = [
-            Hit(r["entity"]["id"], float(r["distance"]), r["entity"]["text"], r["entity"]["metadata"]) for r in rows
-        ]
+        hits = [hit(row) for row in rows]
         return [h for h in hits if min_score is None or h.score >= min_score]
 
     async def ready(self) -> bool:

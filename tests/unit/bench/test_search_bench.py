@@ -6,10 +6,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.results import Target
+from bench.run_stats import RunStats
 from bench.search.chroma import document_index
 from bench.search.fill import filler
-from bench.search.plan import FILLER_COSINE, Plan, load_corpus
+from bench.search.plan import FILLER_COSINE, GATEWAY_REAL, MILVUS, P99_CONCURRENCY, Plan, load_corpus
 from bench.search.quality import exact_ranked, overlap, quality, unit
+from bench.search.report import Measured, build_result
 
 
 def test_quality_counts_the_rank_of_each_right_answer() -> None:
@@ -54,3 +57,27 @@ def test_the_top_up_lies_around_the_real_vectors(tmp_path: Path) -> None:
     assert abs(float(cosines.mean()) - FILLER_COSINE) < 0.02
     assert top_up.texts[7] == plan.corpus.documents[2] and plan.filler_metadata(7)["lang"] == "en"
     assert document_index("d3", 5) == 3 and document_index("f7", 5) == 12
+
+
+def _point(p99_ms: float, cpu_ms: dict[str, float]) -> tuple[list[RunStats], list[dict[str, float]]]:
+    return [RunStats(elapsed=1.0, latencies=[p99_ms / 1000] * 100)], [cpu_ms]
+
+
+def _milvus_target(milvus_p99_ms: float, milvus_cpu_ms: dict[str, float]) -> Target:
+    measured = Measured()
+    for system, (p99, cpu) in (
+        (GATEWAY_REAL, (30.0, {"triton": 3.0, "gateway": 2.0})),
+        (MILVUS, (milvus_p99_ms, milvus_cpu_ms)),
+    ):
+        measured.latency[(system, P99_CONCURRENCY, False)], measured.cpu[(system, P99_CONCURRENCY, False)] = _point(
+            p99, cpu
+        )
+    (target,) = [t for t in build_result(measured, []).targets if "over their CPU per search" in t.name]
+    return target
+
+
+def test_milvus_slower_by_its_cpu_alone_meets_the_target_and_a_wait_beyond_it_does_not() -> None:
+    costlier = _milvus_target(60.0, {"triton": 3.0, "gateway": 2.5, "milvus": 4.5})  # 2 x the CPU, 2 x the p99
+    assert costlier.met and costlier.measured.startswith("1.00 x")
+    waiting = _milvus_target(300.0, {"triton": 3.0, "gateway": 2.5, "milvus": 4.5})  # 10 x the p99: a time tick
+    assert not waiting.met and "p99 10.00 x" in waiting.measured
