@@ -46,8 +46,9 @@ $(PROTO_OUT): gateway/grpc/proto/gateway/v1/gateway.proto | $(STAMP)
 proto: $(STAMP) ## generate the gRPC code from gateway/grpc/proto (grpcio-tools)
 	$(PY) -m gateway.grpc.codegen
 
-docs: $(STAMP) ## rewrite docs/configuration.md from the settings classes (a test fails when it drifts)
+docs: $(STAMP) ## rewrite docs/configuration.md and the chart schema's gateway settings from the settings classes (tests fail when they drift)
 	$(PY) -m gateway.settings_doc
+	$(PY) -m gateway.settings_schema
 
 openapi: $(STAMP) $(PROTO_OUT) ## rewrite gateway/openapi.json, the snapshot the tests hold the API to
 	$(PY) -m gateway.openapi

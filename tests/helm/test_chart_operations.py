@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.settings_schema import CHART_MANAGED
 from tests.helm.test_chart import (
     CHART,
+    MONITORED_CLUSTER,
     NAMED_LIKE_SECRETS,
     RELEASE,
     SCENARIOS,
@@ -24,33 +26,17 @@ from tests.helm.test_chart import (
 
 pytestmark = pytest.mark.slow
 
-# Settings the chart sets itself (ports, addresses, search's values), never through gateway.config.
-CHART_MANAGED = {
-    "GATEWAY_HOST",
-    "GATEWAY_HTTP_PORT",
-    "GATEWAY_GRPC_PORT",
-    "TRITON_URL",
-    "REDIS_URL",
-    "SEARCH_ENABLED",
-    "SEARCH_MILVUS_URI",
-    "SEARCH_MILVUS_TOKEN",
-    "SEARCH_PATH",
-    "GATEWAY_KEYS_FILE",
-    "GATEWAY_KEYS_SQLITE_PATH",
-    "GATEWAY_USAGE_SQLITE_PATH",
-    "GATEWAY_USAGE_SPOOL_PATH",
-}
 NOT_READY_TRITON = ("--set", "triton.autoscaling.enabled=true")
 
 
-def template(*args: str) -> tuple[int, str, list[dict[str, Any]]]:
-    result = helm("template", RELEASE, str(CHART), "--namespace", "ai", *args)
+def template(*args: str, cluster: tuple[str, ...] = MONITORED_CLUSTER) -> tuple[int, str, list[dict[str, Any]]]:
+    result = helm("template", RELEASE, str(CHART), "--namespace", "ai", *cluster, *args)
     manifests = [m for m in yaml.safe_load_all(result.stdout) if m] if result.returncode == 0 else []
     return result.returncode, result.stderr, manifests
 
 
-def refused(*args: str) -> str:
-    code, stderr, _ = template(*args)
+def refused(*args: str, cluster: tuple[str, ...] = MONITORED_CLUSTER) -> str:
+    code, stderr, _ = template(*args, cluster=cluster)
     assert code != 0, f"helm template {' '.join(args)} was accepted"
     return stderr
 
@@ -68,7 +54,7 @@ def test_default_triton_serves_the_models_of_its_own_image() -> None:
 
 
 def test_a_pvc_source_is_still_possible() -> None:
-    code, stderr, manifests = template("--set", "triton.modelRepository.source=pvc")
+    code, stderr, manifests = template("--set", "triton.modelRepository.source=pvc", "--set", "triton.replicaCount=1")
     assert code == 0, stderr
     volumes = {v["name"]: v for v in by_name(manifests, "Deployment", "triton")["spec"]["template"]["spec"]["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "ai-ai-stack-triton"
@@ -223,13 +209,11 @@ def ports_of(rule: dict[str, Any]) -> set[Any]:
     return {p["port"] for p in rule["ports"]}
 
 
-def test_gateway_network_policy_in_from_the_ingress_controller_out_to_what_it_calls() -> None:
+def test_gateway_network_policy_in_from_the_namespace_out_to_what_it_calls() -> None:
     rules = policy_rules("default", "gateway")
     assert rules["types"] == ["Ingress", "Egress"]
-    (controller,) = [r for r in rules["ingress"] if "grpc" in ports_of(r)]
-    assert controller["from"] == [
-        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
-    ]
+    (clients,) = [r for r in rules["ingress"] if "grpc" in ports_of(r)]
+    assert clients["from"] == [{"podSelector": {}}], "ingress off: the release's namespace, no ingress controller"
     egress = {frozenset(ports_of(r)): r for r in rules["egress"]}
     assert set(egress) == {frozenset({53}), frozenset({8001}), frozenset({6379}), frozenset({443})}
     assert egress[frozenset({8001})]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "triton"
@@ -238,11 +222,16 @@ def test_gateway_network_policy_in_from_the_ingress_controller_out_to_what_it_ca
 
 def test_ingress_controller_selector_is_configurable() -> None:
     code, stderr, manifests = template(
-        "--set-json", 'networkPolicy.ingressFrom=[{"podSelector":{"matchLabels":{"a":"b"}}}]'
+        "--set",
+        "ingress.enabled=true",
+        "--set",
+        "gateway.secrets.GATEWAY_API_KEYS=k",
+        "--set-json",
+        'networkPolicy.ingressFrom=[{"podSelector":{"matchLabels":{"a":"b"}}}]',
     )
     assert code == 0, stderr
     ingress = by_name(manifests, "NetworkPolicy", "gateway")["spec"]["ingress"]
-    assert ingress[0]["from"] == [{"podSelector": {"matchLabels": {"a": "b"}}}]
+    assert ingress[0]["from"] == [{"podSelector": {}}, {"podSelector": {"matchLabels": {"a": "b"}}}]
 
 
 def test_gateway_egress_to_milvus_and_an_external_redis() -> None:
@@ -371,15 +360,34 @@ def test_a_percentage_is_a_valid_max_unavailable() -> None:
     assert template("--set", "gateway.pdb.maxUnavailable=25%")[0] == 0
 
 
-def test_gateway_config_schema_lists_exactly_the_settings() -> None:
-    """gateway.config refuses misspelt keys: its schema names each setting neither secret nor set by the chart."""
+def test_gateway_config_schema_is_generated_from_the_settings() -> None:
+    """gateway.config and extraConfig refuse misspelt keys and ill-typed values: their schema is generated from the
+    settings classes (`python -m gateway.settings_schema`), and a setting added or removed since fails here."""
     import json
 
     from gateway.settings import all_environment_variables
+    from gateway.settings_schema import SCHEMA, rendered
 
-    schema = json.loads((CHART / "values.schema.json").read_text())
-    config = schema["properties"]["gateway"]["properties"]["config"]
-    assert config["additionalProperties"] is False
-    settings = all_environment_variables() - CHART_MANAGED
-    expected = {n for n in settings if not SECRET_LIKE.search(n) or n in NAMED_LIKE_SECRETS}
-    assert set(config["properties"]) == expected, "add the new setting to values.schema.json's gateway.config"
+    text = SCHEMA.read_text()
+    assert text == rendered(text), "run `python -m gateway.settings_schema`"
+    config = json.loads(text)["definitions"]["gatewayConfig"]
+    assert config["additionalProperties"] is False and set(config["properties"]) == all_environment_variables()
+    typed = {name for name, schema in config["properties"].items() if schema}
+    passed = all_environment_variables() - CHART_MANAGED
+    assert typed == {n for n in passed if not SECRET_LIKE.search(n) or n in NAMED_LIKE_SECRETS}
+
+
+@pytest.mark.parametrize("flag", ["--set", "--set-string", "--set-json"])
+def test_a_number_setting_takes_a_number_or_a_numeric_string(flag: str) -> None:
+    code, stderr, manifests = template(flag, "gateway.config.GATEWAY_MAX_IN_FLIGHT=512")
+    assert code == 0, stderr
+    assert by_name(manifests, "ConfigMap", "gateway")["data"]["GATEWAY_MAX_IN_FLIGHT"] == "512"
+
+
+def test_a_setting_of_the_wrong_type_is_refused() -> None:
+    assert "gateway.config.GATEWAY_MAX_IN_FLIGHT" in refused("--set", "gateway.config.GATEWAY_MAX_IN_FLIGHT=abc")
+    assert "gateway.extraConfig.TRITON_TIMEOUT_SECONDS" in refused(
+        "--set", "gateway.extraConfig.TRITON_TIMEOUT_SECONDS=soon"
+    )
+    assert "REDIS_TIMEOUT_SECONDS" in refused("--set", "gateway.config.REDIS_TIMEOUT_SECONDS=1.5.2")
+    assert template("--set", "gateway.config.REDIS_TIMEOUT_SECONDS=0.5")[0] == 0

@@ -69,16 +69,36 @@ app.kubernetes.io/part-of: {{ include "ai-stack.name" .ctx }}
 {{- printf "dns:///%s-headless.%s.svc:8001" (include "ai-stack.triton.fullname" .) .Release.Namespace }}
 {{- end }}
 
+{{/* An image reference from {repository, tag, digest}: `repository@digest` when a digest is given (the tag then
+only names it, as `repository:tag@digest`), else `repository:tag` with the chart's appVersion as the default tag. */}}
+{{- define "ai-stack.imageRef" -}}
+{{- $tag := default .appVersion .image.tag }}
+{{- if .image.digest }}
+{{- printf "%s:%s@%s" .image.repository $tag .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository $tag }}
+{{- end }}
+{{- end }}
+
 {{- define "ai-stack.gateway.image" -}}
-{{- printf "%s:%s" .Values.gateway.image.repository (default .Chart.AppVersion .Values.gateway.image.tag) }}
+{{- include "ai-stack.imageRef" (dict "image" .Values.gateway.image "appVersion" .Chart.AppVersion) }}
 {{- end }}
 
 {{- define "ai-stack.triton.image" -}}
-{{- if .Values.cpuOnly }}
-{{- printf "%s:%s" .Values.triton.cpuImage.repository (default .Chart.AppVersion .Values.triton.cpuImage.tag) }}
-{{- else }}
-{{- printf "%s:%s" .Values.triton.image.repository (default .Chart.AppVersion .Values.triton.image.tag) }}
+{{- include "ai-stack.imageRef" (dict "image" (ternary .Values.triton.cpuImage .Values.triton.image .Values.cpuOnly) "appVersion" .Chart.AppVersion) }}
 {{- end }}
+
+{{/* A memory size in bytes: a Kubernetes quantity (Ki, Mi, Gi, Ti; k, M, G, T) or a Redis size (kb, mb, gb: 1024s;
+k, m, g: 1000s), a plain number being bytes. */}}
+{{- define "ai-stack.bytes" -}}
+{{- $text := toString . }}
+{{- $match := regexFind "^[0-9.]+" $text }}
+{{- $unit := lower (trimPrefix $match $text) }}
+{{- $scale := dict "" 1 "b" 1 "k" 1000 "m" 1000000 "g" 1000000000 "t" 1000000000000 "ki" 1024 "kb" 1024 "mi" 1048576 "mb" 1048576 "gi" 1073741824 "gb" 1073741824 "ti" 1099511627776 }}
+{{- if not (hasKey $scale $unit) }}
+{{- fail (printf "%q is not a memory size (e.g. 512mb, 1Gi)" $text) }}
+{{- end }}
+{{- mulf (float64 $match) (index $scale $unit) | int64 }}
 {{- end }}
 
 {{/* Secret the gateway's own keys come from. */}}
@@ -137,7 +157,30 @@ on the Redis and gateway pods then hold the same password (each `include` would 
 {{- end }}
 
 {{- define "ai-stack.gateway.autoscalingMode" -}}
-{{- if not .Values.gateway.autoscaling.enabled }}off{{- else if eq .Values.metricsAdapter.mode "keda" }}keda{{- else }}hpa{{- end }}
+{{- if not .Values.gateway.autoscaling.enabled }}off{{- else if and (eq .Values.metricsAdapter.mode "keda") (include "ai-stack.metrics.adapterPresent" .) }}keda{{- else }}hpa{{- end }}
+{{- end }}
+
+{{/* "true" when the chart renders its monitoring objects (ServiceMonitors, the adapter's rules):
+serviceMonitor.enabled true (e.g. `helm template` for Argo CD, which sees no cluster), or "auto" on a cluster that
+has the Prometheus operator's ServiceMonitor CRD. */}}
+{{- define "ai-stack.monitoring.rendered" -}}
+{{- $enabled := .Values.serviceMonitor.enabled }}
+{{- if or (eq (toString $enabled) "true") (and (eq (toString $enabled) "auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when metricsAdapter.mode's adapter can be counted on: serviceMonitor.enabled true, or "auto" with its API
+on the cluster (prometheus-adapter's custom.metrics.k8s.io, KEDA's ScaledObject CRD). */}}
+{{- define "ai-stack.metrics.adapterPresent" -}}
+{{- $enabled := toString .Values.serviceMonitor.enabled }}
+{{- $api := ternary "keda.sh/v1alpha1/ScaledObject" "custom.metrics.k8s.io/v1beta1" (eq .Values.metricsAdapter.mode "keda") }}
+{{- if and (ne .Values.metricsAdapter.mode "none") (or (eq $enabled "true") (and (eq $enabled "auto") (.Capabilities.APIVersions.Has $api))) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the autoscalers' pods metrics (the gateway's in-flight requests, Triton's queue time) will exist:
+Prometheus scrapes the pods (the chart's ServiceMonitors, or serviceMonitor.scrapedOtherwise) and the adapter serves
+them. Without it the gateway's HPA scales on CPU alone: an HPA with a missing metric never scales down. */}}
+{{- define "ai-stack.metrics.podsMetric" -}}
+{{- if and (include "ai-stack.metrics.adapterPresent" .) (or (include "ai-stack.monitoring.rendered" .) .Values.serviceMonitor.scrapedOtherwise) }}true{{ end }}
 {{- end }}
 
 {{/* HPA behaviour (shared by the HPA and KEDA's advanced.horizontalPodAutoscalerConfig). */}}
@@ -206,11 +249,30 @@ behavior:
 {{- dir $path }}
 {{- end }}
 
-{{/* PVC holding the task database: set only without Redis and with gateway.taskStore.persistence.enabled. */}}
+{{/* "true" when search keeps its index in the embedded store in SEARCH_PATH (no Milvus), else empty. */}}
+{{- define "ai-stack.search.embedded" -}}
+{{- if and .Values.search.enabled (not .Values.search.milvus.uri) }}true{{ end }}
+{{- end }}
+
+{{/* The persistence block that makes the gateway's volume (TASKS_SQLITE_PATH's folder: the task database without
+Redis, the embedded search index, the usage spool) a PVC, as JSON ("{}" for none): gateway.taskStore.persistence
+without Redis, else search.persistence with the embedded store. The first keeps its claim when search is turned on
+later, so the tasks it holds are not left behind on another volume. */}}
+{{- define "ai-stack.gateway.persistence" -}}
+{{- $tasks := .Values.gateway.taskStore.persistence }}
+{{- $search := .Values.search.persistence }}
+{{- if and (include "ai-stack.gateway.tasksOnDisk" .) $tasks.enabled }}
+{{- toJson (merge (dict "name" "tasks") $tasks) }}
+{{- else if and (include "ai-stack.search.embedded" .) $search.enabled }}
+{{- toJson (merge (dict "name" "data") $search) }}
+{{- else }}{}{{ end }}
+{{- end }}
+
+{{/* PVC that holds the gateway's volume (see ai-stack.gateway.persistence), else empty: the volume is an emptyDir. */}}
 {{- define "ai-stack.gateway.tasksClaim" -}}
-{{- $persistence := .Values.gateway.taskStore.persistence }}
-{{- if and (include "ai-stack.gateway.tasksOnDisk" .) $persistence.enabled }}
-{{- default (printf "%s-tasks" (include "ai-stack.gateway.fullname" .)) $persistence.existingClaim }}
+{{- $persistence := include "ai-stack.gateway.persistence" . | fromJson }}
+{{- if $persistence }}
+{{- default (printf "%s-%s" (include "ai-stack.gateway.fullname" .) $persistence.name) $persistence.existingClaim }}
 {{- end }}
 {{- end }}
 
@@ -222,3 +284,35 @@ behavior:
 
 {{/* Folder the keys file's Secret is mounted at; GATEWAY_KEYS_FILE is keys.yaml in it. */}}
 {{- define "ai-stack.gateway.keysDir" -}}/etc/gateway/keys{{- end }}
+
+{{/* Triton replicas without autoscaling: triton.replicaCount, else 2 on GPUs (a restart, rollout or drain leaves
+one serving) and 1 with cpuOnly. */}}
+{{- define "ai-stack.triton.replicas" -}}
+{{- $count := .Values.triton.replicaCount }}
+{{- if kindIs "invalid" $count }}{{ ternary 1 2 .Values.cpuOnly }}{{ else }}{{ int $count }}{{ end }}
+{{- end }}
+
+{{/* "true" when the gateway has API keys from a source the chart knows: gateway.secrets.GATEWAY_API_KEYS,
+gateway.existingSecret (assumed to hold GATEWAY_API_KEYS), or a keys file (gateway.keys). */}}
+{{- define "ai-stack.gateway.hasKeys" -}}
+{{- if or .Values.gateway.existingSecret .Values.gateway.secrets.GATEWAY_API_KEYS (include "ai-stack.gateway.keysSecretName" .) }}true{{ end }}
+{{- end }}
+
+{{/* What publishes the gateway beyond the cluster (an Ingress, or a LoadBalancer or NodePort Service), else empty. */}}
+{{- define "ai-stack.gateway.exposedBy" -}}
+{{- $by := list }}
+{{- if .Values.ingress.enabled }}{{ $by = append $by "ingress.enabled" }}{{ end }}
+{{- if .Values.ingress.grpc.enabled }}{{ $by = append $by "ingress.grpc.enabled" }}{{ end }}
+{{- if has .Values.gateway.service.type (list "LoadBalancer" "NodePort") }}{{ $by = append $by (printf "gateway.service.type=%s" .Values.gateway.service.type) }}{{ end }}
+{{- join ", " $by }}
+{{- end }}
+
+{{/* A resource's `annotations:` block: commonAnnotations with the resource's own (`extra`, which win), or nothing
+when both are empty. */}}
+{{- define "ai-stack.annotations" -}}
+{{- $annotations := merge (dict) (default (dict) .extra) .ctx.Values.commonAnnotations }}
+{{- with $annotations -}}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}

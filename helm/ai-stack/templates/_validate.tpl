@@ -12,15 +12,22 @@ Deployment (a failure there fails the whole render). */}}
 {{- if and $t.autoscaling.enabled (gt (int $t.autoscaling.minReplicas) (int $t.autoscaling.maxReplicas)) }}
 {{- fail (printf "triton.autoscaling.minReplicas (%d) is above maxReplicas (%d): lower minReplicas or raise maxReplicas" (int $t.autoscaling.minReplicas) (int $t.autoscaling.maxReplicas)) }}
 {{- end }}
-{{- if and (ne $mode "off") (ne .Values.metricsAdapter.mode "none") (not .Values.serviceMonitor.enabled) (not .Values.serviceMonitor.scrapedOtherwise) }}
+{{- if and (ne $mode "off") (ne .Values.metricsAdapter.mode "none") (eq (toString .Values.serviceMonitor.enabled) "false") (not .Values.serviceMonitor.scrapedOtherwise) }}
 {{- fail "gateway autoscaling uses the pods metric http_requests_in_flight, which exists only if Prometheus scrapes the gateway (without it the HPA never scales down): set serviceMonitor.enabled=true, or serviceMonitor.scrapedOtherwise=true if your Prometheus scrapes the pods another way, or metricsAdapter.mode=none to scale on CPU alone" }}
 {{- end }}
 {{- if and (ne $mode "off") (not (include "ai-stack.redis.used" .)) (not $as.allowWithoutRedis) }}
 {{- fail "gateway autoscaling without Redis gives each replica its own image tasks, caches and upstream quota: set redis.enabled=true or redis.external.url, or gateway.autoscaling.allowWithoutRedis=true to accept that, or gateway.autoscaling.enabled=false" }}
 {{- end }}
+{{- if and $t.autoscaling.enabled (not (include "ai-stack.metrics.podsMetric" .)) }}
+{{- fail "triton.autoscaling scales on the pods metric triton_queue_duration_us_per_request, which needs Prometheus to scrape Triton and prometheus-adapter to serve it: install them (see the chart's README, Monitoring) with serviceMonitor.enabled=auto, or set serviceMonitor.enabled=true where the cluster cannot be asked (helm template), or triton.autoscaling.enabled=false" }}
+{{- end }}
 {{- $rwo := and (eq $t.modelRepository.source "pvc") (has "ReadWriteOnce" $t.modelRepository.pvc.accessModes) (not (has "ReadOnlyMany" $t.modelRepository.pvc.accessModes)) }}
-{{- if and $rwo (or $t.autoscaling.enabled (gt (int $t.replicaCount) 1)) }}
+{{- if and $rwo (or $t.autoscaling.enabled (gt (int (include "ai-stack.triton.replicas" .)) 1)) }}
 {{- fail "triton.modelRepository.pvc is ReadWriteOnce: a second Triton pod on another node cannot mount it (Multi-Attach error, Pending pods): use triton.modelRepository.source=image or objectStorage, or a ReadOnlyMany volume (pvc.accessModes: [ReadOnlyMany]), or triton.replicaCount=1 without triton.autoscaling" }}
+{{- end }}
+{{- $drain := add $t.preStop.unreadySeconds $t.preStop.inFlightWaitSeconds 30 }}
+{{- if le (int $t.terminationGracePeriodSeconds) (int $drain) }}
+{{- fail (printf "triton.terminationGracePeriodSeconds (%v) must exceed triton.preStop.unreadySeconds + inFlightWaitSeconds + 30 (Triton's own exit timeout after SIGTERM) = %d: raise it, or the drain is cut short" $t.terminationGracePeriodSeconds (int $drain)) }}
 {{- end }}
 {{- $shutdown := float64 (default "0" (index $config "GATEWAY_SHUTDOWN_GRACE_SECONDS")) }}
 {{- if le (float64 $gw.terminationGracePeriodSeconds) (addf (float64 $gw.preStopSleepSeconds) $shutdown) }}
@@ -36,6 +43,17 @@ Deployment (a failure there fails the whole render). */}}
 {{- end }}
 {{- if hasKey (fromJson (toString .)) "Error" }}
 {{- fail "GATEWAY_PRICES is not valid JSON: e.g. '{\"hy3-preview\": {\"input\": 1.2, \"output\": 4.8}}' (docs/configuration.md)" }}
+{{- end }}
+{{- end }}
+{{- with include "ai-stack.gateway.exposedBy" . }}
+{{- if and (not (include "ai-stack.gateway.hasKeys" $)) (not $gw.allowUnauthenticated) }}
+{{- fail (printf "%s publishes the gateway with no API keys: anyone who reaches it spends your chat and video accounts. Set gateway.secrets.GATEWAY_API_KEYS, gateway.existingSecret or a keys file (gateway.keys), or gateway.allowUnauthenticated=true to publish it open anyway" .) }}
+{{- end }}
+{{- end }}
+{{- $redis := .Values.redis }}
+{{- with and $redis.enabled $redis.resources.limits $redis.resources.limits.memory }}
+{{- if lt (int64 (include "ai-stack.bytes" .)) (mul 2 (int64 (include "ai-stack.bytes" $redis.maxmemory))) }}
+{{- fail (printf "redis.resources.limits.memory (%s) must be at least twice redis.maxmemory (%s): rewriting the append-only file forks Redis, and the copy grows with every write meanwhile (OOM kill); raise the limit or lower maxmemory" . $redis.maxmemory) }}
 {{- end }}
 {{- end }}
 {{- $search := .Values.search }}
