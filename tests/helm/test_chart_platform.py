@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helm.test_chart import CHART, MONITORED_CLUSTER, RELEASE, container, helm
+from tests.helm.test_chart import CHART, KUBERNETES_VERSIONS, MONITORED_CLUSTER, RELEASE, container, helm
 from tests.helm.test_chart_operations import by_name, refused, template
 
 pytestmark = pytest.mark.slow
@@ -99,6 +99,31 @@ def test_the_task_database_claim_stays_the_volume_when_search_is_turned_on() -> 
     claims = [m["metadata"]["name"] for m in manifests if m["kind"] == "PersistentVolumeClaim"]
     assert claims == ["ai-ai-stack-gateway-tasks"]
     assert volumes(manifests, "gateway")["tasks"]["persistentVolumeClaim"]["claimName"] == "ai-ai-stack-gateway-tasks"
+
+
+def test_each_replica_can_keep_its_usage_spool_on_a_claim_of_its_own() -> None:
+    manifests = rendered("--set", "gateway.usageSpool.persistence.enabled=true", "--set",
+                         "gateway.usageSpool.persistence.storageClass=fast")  # fmt: skip
+    gateway = by_name(manifests, "StatefulSet", "gateway")
+    assert [m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("-gateway")] == []
+    (claim,) = gateway["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "tasks" and claim["spec"]["storageClassName"] == "fast"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert "tasks" not in {v["name"] for v in gateway["spec"]["template"]["spec"]["volumes"]}, (
+        "the claim template is the volume"
+    )
+    mounts = {m["name"]: m["mountPath"] for m in container(gateway, "gateway")["volumeMounts"]}
+    spool = by_name(manifests, "ConfigMap", "gateway")["data"]["GATEWAY_USAGE_SPOOL_PATH"]
+    assert spool.startswith(mounts["tasks"] + "/")
+    target = by_name(manifests, "HorizontalPodAutoscaler", "gateway")["spec"]["scaleTargetRef"]
+    assert target["kind"] == "StatefulSet" and gateway["spec"]["podManagementPolicy"] == "Parallel"
+    import kubernetes_validate
+
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(gateway, version, strict=True)
+    # One replica with a PVC already keeps its spool there: no StatefulSet.
+    one = rendered(*EMBEDDED_SEARCH, "--set", "gateway.usageSpool.persistence.enabled=true")
+    assert by_name(one, "Deployment", "gateway")["spec"]["strategy"] == {"type": "Recreate"}
 
 
 # -- Triton: replicas, drain, disruption budget, TensorRT's cache --------------------------------------------------

@@ -316,3 +316,9 @@ annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* The gateway's workload: a StatefulSet when each replica keeps its usage spool on a claim of its own
+(gateway.usageSpool.persistence.enabled, with Redis, several replicas), else a Deployment. */}}
+{{- define "ai-stack.gateway.kind" -}}
+{{- if and .Values.gateway.usageSpool.persistence.enabled (include "ai-stack.redis.used" .) (not (include "ai-stack.gateway.tasksClaim" .)) }}StatefulSet{{ else }}Deployment{{ end }}
+{{- end }}
