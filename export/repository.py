@@ -18,6 +18,10 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+# TensorRT engines are built at the first load and kept here: the chart mounts a writable volume at this path
+# (the image's root filesystem is read-only).
+TENSORRT_CACHE_PATH = "/var/cache/tensorrt"
+
 ENSEMBLE = "bge"
 TOKENIZER = "bge_tokenizer"
 ENCODER = "bge_onnx"
@@ -131,7 +135,12 @@ def native_encoder_config(model: ServedModel) -> mc.ModelConfig:
     config.dynamic_batching.max_queue_delay_microseconds = MAX_QUEUE_DELAY_US
     accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
     accelerator.parameters.update(
-        {"precision_mode": "FP16", "max_workspace_size_bytes": str(2 << 30), "trt_engine_cache_enable": "1"}
+        {
+            "precision_mode": "FP16",
+            "max_workspace_size_bytes": str(2 << 30),
+            "trt_engine_cache_enable": "1",
+            "trt_engine_cache_path": TENSORRT_CACHE_PATH,
+        }
     )
     _params(config, _model_params(model))
     _add_token_warmup(config)

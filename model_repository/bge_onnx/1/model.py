@@ -29,7 +29,7 @@ class TritonPythonModel:
             args["model_instance_kind"],
             int(args["model_instance_device_id"]),
             params,
-            os.path.join(version_dir, "trt"),
+            params.get("trt_engine_cache_path", os.path.join(version_dir, "trt")),
             cpu_instances,
         )
         self.session = create_session(os.path.join(version_dir, plan.model_file), plan)
