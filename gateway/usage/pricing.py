@@ -2,21 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from gateway.settings import ModelPrice
 from gateway.usage.record import Usage
-
-
-class ModelPrice(BaseModel):
-    """One model's prices; unset prices count as 0."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    input: float = Field(0.0, ge=0, description="Per 1,000,000 prompt tokens (not served from the prompt cache).")
-    output: float = Field(0.0, ge=0, description="Per 1,000,000 completion tokens (reasoning included).")
-    cached: float = Field(0.0, ge=0, description="Per 1,000,000 prompt tokens the upstream served from its cache.")
-    embedding: float = Field(0.0, ge=0, description="Per 1,000 embedding tokens.")
-    video_second: float = Field(0.0, ge=0, description="Per second of generated video.")
 
 
 def format_cost(cost: float) -> str:

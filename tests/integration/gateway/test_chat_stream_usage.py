@@ -14,8 +14,7 @@ import openai
 import pytest
 from pydantic import SecretStr
 
-from gateway.settings import AuthSettings, HunyuanSettings, UsageSettings
-from gateway.usage.pricing import ModelPrice
+from gateway.settings import AuthSettings, HunyuanSettings, ModelPrice, UsageSettings
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.running_gateway import RunningGateway
 

@@ -16,8 +16,7 @@ from pydantic import SecretStr
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.grpc.pb.gateway.v1 import gateway_pb2_grpc as pb_grpc
-from gateway.settings import AuthSettings, HunyuanSettings, UsageSettings, VideoSettings
-from gateway.usage.pricing import ModelPrice
+from gateway.settings import AuthSettings, HunyuanSettings, ModelPrice, UsageSettings, VideoSettings
 from localtriton.server import TritonProcess
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.pika_fixtures import RunningPikaSimulator

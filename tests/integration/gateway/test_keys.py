@@ -18,8 +18,14 @@ from pydantic import SecretStr
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.keys.model import hash_secret
-from gateway.settings import AuthSettings, HunyuanQuotaSettings, HunyuanSettings, RedisSettings, UsageSettings
-from gateway.usage.pricing import ModelPrice
+from gateway.settings import (
+    AuthSettings,
+    HunyuanQuotaSettings,
+    HunyuanSettings,
+    ModelPrice,
+    RedisSettings,
+    UsageSettings,
+)
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.metrics import metric
 from tests.helpers.redis_fixtures import RedisServer

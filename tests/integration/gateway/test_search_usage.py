@@ -15,8 +15,7 @@ import httpx
 import pytest
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.settings import AuthSettings, SearchSettings, UsageSettings
-from gateway.usage.pricing import ModelPrice
+from gateway.settings import AuthSettings, ModelPrice, SearchSettings, UsageSettings
 from localtriton.server import TritonProcess
 from tests.helpers.running_gateway import RunningGateway
 from tests.integration.gateway.test_search_rest import PASSAGES, error, url

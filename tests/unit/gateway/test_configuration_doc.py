@@ -12,7 +12,7 @@ from gateway.settings_doc import DOCUMENT, main, render
 
 def test_configuration_document_matches_the_settings() -> None:
     assert DOCUMENT.read_text(encoding="utf-8") == render(), (
-        "docs/configuration.md drifted from gateway/settings.py: run `python -m gateway.settings_doc`"
+        "docs/configuration.md drifted from gateway/settings/: run `python -m gateway.settings_doc`"
     )
 
 
