@@ -2,10 +2,11 @@
 
 Each line of FILE is a document, `{"id": ..., "text": ..., "metadata": {...}}`. Lines go in batches
 (`--batch`, 64) to `POST /v1/collections/{name}/documents`, several at once (`--concurrency`), with a progress
-line on stderr. A batch the gateway acknowledged is durable, and its line range is appended to a progress file
-(FILE.<collection>.progress, fsynced), so a run that was interrupted (or whose gateway was killed) resumes
-without sending those lines again. Overload (429), unavailability (503) and connection failures are retried
-with back-off; any other refusal stops the run and names the lines.
+bar on stderr (plain lines now and then when stderr is not a terminal). A batch the gateway acknowledged is
+durable, and its line range is appended to a progress file (FILE.<collection>.progress, fsynced), so a run that
+was interrupted (or whose gateway was killed) resumes without sending those lines again. Overload (429),
+unavailability (503) and connection failures are retried with back-off; any other refusal stops the run and names
+the lines.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 import orjson
+from tqdm import tqdm
 
 RETRIED = {429, 502, 503, 504}
 MAX_ATTEMPTS = 8
+# A piped run (a log file, CI) gets a plain line at most this often, and one at the end: progress in the log
+# without a line per batch (a million documents are 15,000 batches).
+PLAIN_EVERY_S = 10.0
 
 
 class IngestError(Exception):
@@ -57,6 +62,36 @@ class Progress:
 
     def close(self) -> None:
         self._file.close()
+
+
+class Display:
+    """How far the run is, on `stream`: a tqdm bar (rate, time left) on a terminal; elsewhere plain
+    `640/5183 documents, 36 documents/s` lines, since a bar's carriage returns garble a log. Counts include the
+    documents acknowledged by earlier runs; the rate is this run's."""
+
+    def __init__(self, stream: TextIO, total: int, acknowledged: int, *, quiet: bool) -> None:
+        self.stream, self.total = stream, total
+        self.initial = self.done = self.shown = acknowledged
+        self.started = self.shown_at = time.monotonic()
+        # disable=None: tqdm turns itself off when the stream is not a TTY; the plain lines take over then.
+        self.bar = tqdm(total=total, initial=acknowledged, unit=" documents", file=stream, disable=quiet or None)
+        self.plain = not quiet and bool(self.bar.disable)
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        self.bar.update(count)
+        if self.plain and time.monotonic() - self.shown_at >= PLAIN_EVERY_S:
+            self.line()
+
+    def line(self) -> None:
+        rate = (self.done - self.initial) / max(time.monotonic() - self.started, 1e-9)
+        print(f"{self.done}/{self.total} documents, {rate:.0f} documents/s", file=self.stream, flush=True)
+        self.shown, self.shown_at = self.done, time.monotonic()
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.plain and self.done != self.shown:  # where the run ended (or stopped), unless just shown
+            self.line()
 
 
 def batches(path: Path, done: set[int], size: int) -> Iterator[Batch]:
@@ -103,16 +138,29 @@ async def send(client: httpx.AsyncClient, url: str, batch: Batch) -> None:
 
 
 async def ingest(
-    path: Path, collection: str, *, url: str, key: str | None, batch: int, concurrency: int, quiet: bool = False
+    path: Path,
+    collection: str,
+    *,
+    url: str,
+    key: str | None,
+    batch: int,
+    concurrency: int,
+    quiet: bool = False,
+    stream: TextIO | None = None,
 ) -> int:
-    """Send every unacknowledged line of `path`; answers how many documents were sent in this run."""
+    """Send every unacknowledged line of `path`, showing progress on `stream` (stderr) unless `quiet`; answers
+    how many documents were sent in this run."""
     progress = Progress(path.with_name(f"{path.name}.{collection}.progress"))
+    total = acknowledged = 0
     with path.open("rb") as file:
-        total = sum(1 for line in file if line.strip()) - len(progress.done)
+        for number, line in enumerate(file):
+            if line.strip():  # blank lines are not documents, even inside an acknowledged range
+                total += 1
+                acknowledged += number in progress.done
+    display = Display(sys.stderr if stream is None else stream, total, acknowledged, quiet=quiet)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     queue: asyncio.Queue[Batch | None] = asyncio.Queue(maxsize=concurrency * 2)
     sent = 0
-    started = time.monotonic()
 
     async def worker(client: httpx.AsyncClient) -> None:
         nonlocal sent
@@ -120,9 +168,7 @@ async def ingest(
             await send(client, f"{url.rstrip('/')}/v1/collections/{collection}/documents", item)
             progress.acknowledge(item)
             sent += len(item.documents)
-            if not quiet:
-                rate = sent / max(time.monotonic() - started, 1e-9)
-                print(f"\r{sent}/{total} documents, {rate:.0f} documents/s", end="", file=sys.stderr, flush=True)
+            display.advance(len(item.documents))
 
     async def feed() -> None:
         for item in batches(path, progress.done, batch):
@@ -140,8 +186,7 @@ async def ingest(
                     task.cancel()
     finally:
         progress.close()
-        if not quiet:
-            print(file=sys.stderr)
+        display.close()
     return sent
 
 
