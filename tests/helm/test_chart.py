@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.settings_schema import SECRET_LIKE
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +29,6 @@ RELEASE = "ai"
 SCENARIOS = ["default", *sorted(p.stem.removesuffix("-values") for p in (CHART / "ci").glob("*-values.yaml"))]
 # Kinds from CRDs that kubernetes-validate has no schema for; their shape is checked by the tests below.
 CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
-SECRET_LIKE = re.compile(r"KEY|PASSWORD|PASSWD|SECRET|TOKEN$|CREDENTIAL|AUTHORIZATION|HEADERS|REDIS_URL", re.IGNORECASE)
 # Settings about API keys that hold no secret: a path and an interval.
 NAMED_LIKE_SECRETS = {"GATEWAY_KEYS_FILE", "GATEWAY_KEYS_REFRESH_SECONDS", "GATEWAY_KEYS_SQLITE_PATH"}
 # Settings whose default is "unset" (None): the chart leaves them out unless gateway.extraConfig sets them.

@@ -160,20 +160,25 @@ on the Redis and gateway pods then hold the same password (each `include` would 
 {{- if not .Values.gateway.autoscaling.enabled }}off{{- else if and (eq .Values.metricsAdapter.mode "keda") (include "ai-stack.metrics.adapterPresent" .) }}keda{{- else }}hpa{{- end }}
 {{- end }}
 
-{{/* "true" when the chart renders its monitoring objects (ServiceMonitors, the adapter's rules):
-serviceMonitor.enabled true (e.g. `helm template` for Argo CD, which sees no cluster), or "auto" on a cluster that
-has the Prometheus operator's ServiceMonitor CRD. */}}
-{{- define "ai-stack.monitoring.rendered" -}}
-{{- $enabled := .Values.serviceMonitor.enabled }}
-{{- if or (eq (toString $enabled) "true") (and (eq (toString $enabled) "auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor")) }}true{{ end }}
+{{/* "true" when the monitoring stack's `api` can be counted on: serviceMonitor.enabled true (e.g. `helm template` for
+Argo CD, which sees no cluster), or "auto" on a cluster that serves it.
+Call with (dict "ctx" $ "api" "<group/version[/kind]>"). */}}
+{{- define "ai-stack.monitoring.has" -}}
+{{- $enabled := toString .ctx.Values.serviceMonitor.enabled }}
+{{- if or (eq $enabled "true") (and (eq $enabled "auto") (.ctx.Capabilities.APIVersions.Has .api)) }}true{{ end }}
 {{- end }}
 
-{{/* "true" when metricsAdapter.mode's adapter can be counted on: serviceMonitor.enabled true, or "auto" with its API
-on the cluster (prometheus-adapter's custom.metrics.k8s.io, KEDA's ScaledObject CRD). */}}
+{{/* "true" when the chart renders its monitoring objects (ServiceMonitors, the adapter's rules): the Prometheus
+operator is there. */}}
+{{- define "ai-stack.monitoring.rendered" -}}
+{{- include "ai-stack.monitoring.has" (dict "ctx" . "api" "monitoring.coreos.com/v1/ServiceMonitor") }}
+{{- end }}
+
+{{/* "true" when metricsAdapter.mode's adapter is there: prometheus-adapter's custom.metrics.k8s.io, or KEDA's
+ScaledObject CRD. */}}
 {{- define "ai-stack.metrics.adapterPresent" -}}
-{{- $enabled := toString .Values.serviceMonitor.enabled }}
 {{- $api := ternary "keda.sh/v1alpha1/ScaledObject" "custom.metrics.k8s.io/v1beta1" (eq .Values.metricsAdapter.mode "keda") }}
-{{- if and (ne .Values.metricsAdapter.mode "none") (or (eq $enabled "true") (and (eq $enabled "auto") (.Capabilities.APIVersions.Has $api))) }}true{{ end }}
+{{- if ne .Values.metricsAdapter.mode "none" }}{{ include "ai-stack.monitoring.has" (dict "ctx" . "api" $api) }}{{ end }}
 {{- end }}
 
 {{/* "true" when the autoscalers' pods metrics (the gateway's in-flight requests, Triton's queue time) will exist:
