@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 
 GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
-BENCH_PARTS := embeddings chat images caches keys search gpu
+BENCH_PARTS := embeddings chat video caches keys search gpu
 
 .PHONY: help system-deps setup proto docs openapi export triton gateway up down demo eval-cache bench $(addprefix bench-,$(BENCH_PARTS)) soak helm-tools helm-lint helm-template test test-fast lint typecheck check clean
 
@@ -46,9 +46,10 @@ $(PROTO_OUT): gateway/grpc/proto/gateway/v1/gateway.proto | $(STAMP)
 proto: $(STAMP) ## generate the gRPC code from gateway/grpc/proto (grpcio-tools)
 	$(PY) -m gateway.grpc.codegen
 
-docs: $(STAMP) ## rewrite docs/configuration.md and the chart schema's gateway settings from the settings classes (tests fail when they drift)
+docs: $(STAMP) $(PROTO_OUT) ## rewrite docs/configuration.md and the chart schema's gateway settings from the settings classes, docs/errors.md from the error classes (tests fail when they drift)
 	$(PY) -m gateway.settings_doc
 	$(PY) -m gateway.settings_schema
+	$(PY) -m gateway.errors_doc
 
 openapi: $(STAMP) $(PROTO_OUT) ## rewrite gateway/openapi.json, the snapshot the tests hold the API to
 	$(PY) -m gateway.openapi
@@ -108,6 +109,14 @@ bench: $(EXPORTED) $(PROTO_OUT) ## benchmarks (medians of RUNS=3) -> bench/resul
 $(addprefix bench-,$(BENCH_PARTS)): bench-%: $(EXPORTED) $(PROTO_OUT)
 	$(PY) -m bench $* --runs $(RUNS) $(BENCH_ARGS)
 
+.PHONY: bench-images
+bench-images: bench-video  # the video part's name before 0.2; deprecated
+
+HISTORY_ARGS ?=
+.PHONY: bench-history
+bench-history: $(STAMP) ## every run under bench/results/: a table per part, a line per run (HISTORY_ARGS="--part chat --last 5")
+	$(PY) -m bench history $(HISTORY_ARGS)
+
 MINUTES ?= 30
 SOAK_ARGS ?=
 
@@ -115,23 +124,23 @@ soak: system-deps $(EXPORTED) $(PROTO_OUT) ## the whole platform under faults fo
 	$(PY) -m bench soak --minutes $(MINUTES) $(SOAK_ARGS)
 
 SIMULATOR_PORT ?= 9100
-PIKA_SIMULATOR_PORT ?= 9200
+VIDEO_SIMULATOR_PORT ?= 9200
 
-demo: $(EXPORTED) $(PROTO_OUT) ## start the stack with the Hunyuan and Pika simulators as upstreams and walk through it
+demo: $(EXPORTED) $(PROTO_OUT) ## start the stack with the TokenHub and fal simulators as upstreams and walk through it
 	@mkdir -p .run
 	@if ! { [ -f .run/simulator.pid ] && kill -0 "$$(cat .run/simulator.pid)" 2>/dev/null; }; then \
 		setsid $(PY) -m simulators.hunyuan --port $(SIMULATOR_PORT) --api-key demo-upstream-key >> .run/simulator.log 2>&1 & \
 		echo $$! > .run/simulator.pid; \
 	fi
 	@if ! { [ -f .run/pika-simulator.pid ] && kill -0 "$$(cat .run/pika-simulator.pid)" 2>/dev/null; }; then \
-		setsid $(PY) -m simulators.pika --port $(PIKA_SIMULATOR_PORT) --api-key demo-pika-key --job-seconds 3 \
+		setsid $(PY) -m simulators.pika --port $(VIDEO_SIMULATOR_PORT) --api-key demo-pika-key --job-seconds 3 \
 			>> .run/pika-simulator.log 2>&1 & \
 		echo $$! > .run/pika-simulator.pid; \
 	fi
-	HUNYUAN_BASE_URL=http://127.0.0.1:$(SIMULATOR_PORT)/v1 HUNYUAN_API_KEY=demo-upstream-key \
-	PIKA_BASE_URL=http://127.0.0.1:$(PIKA_SIMULATOR_PORT) PIKA_API_KEY=demo-pika-key \
-	PIKA_WEBHOOK_JWKS_URL=http://127.0.0.1:$(PIKA_SIMULATOR_PORT)/.well-known/jwks.json \
-	PIKA_PLATFORM_URL=http://127.0.0.1:$(PIKA_SIMULATOR_PORT) \
+	CHAT_BASE_URL=http://127.0.0.1:$(SIMULATOR_PORT)/v1 CHAT_API_KEY=demo-upstream-key \
+	VIDEO_BASE_URL=http://127.0.0.1:$(VIDEO_SIMULATOR_PORT) VIDEO_API_KEY=demo-pika-key \
+	VIDEO_WEBHOOK_JWKS_URL=http://127.0.0.1:$(VIDEO_SIMULATOR_PORT)/.well-known/jwks.json \
+	VIDEO_PLATFORM_URL=http://127.0.0.1:$(VIDEO_SIMULATOR_PORT) \
 	GATEWAY_PUBLIC_URL=http://127.0.0.1:$(GATEWAY_HTTP_PORT) $(MAKE) --no-print-directory up
 	$(PY) examples/demo.py
 	@echo "the stack keeps running: try http://127.0.0.1:$(GATEWAY_HTTP_PORT)/docs; 'make down' stops it"

@@ -1,5 +1,6 @@
 """`make bench` / `python -m bench [PART ...] [--runs N] [--quick]`: run the parts, then write the report.
 `python -m bench soak --minutes N [--out DIR]` is the soak (bench/soak/), a run of its own.
+`python -m bench history [--results DIR] [--part NAME] [--last N]` prints every run's figures (bench/history.py).
 
 Results go to bench/results/<UTC timestamp>/ (git-ignored): one `<part>.json` per part, `results.json`,
 `report.md` and the plots. A part that fails is recorded with its error and the rounds it finished; the others
@@ -27,8 +28,8 @@ from bench.report import PARTS, write_report
 from bench.results import PartResult, machine
 
 log = logging.getLogger("bench")
-# A part's module, where it is not bench.<part>: "images" keeps the public route's name, its code says video.
-PART_MODULES = {"images": "bench.video", "search": "bench.search.part"}
+# A part's module, where it is not bench.<part>.
+PART_MODULES = {"search": "bench.search.part"}
 
 
 async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool, options: dict[str, Any]) -> None:
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.soak.part import main as soak
 
         return soak(arguments[1:])
+    if arguments[:1] == ["history"]:  # reads bench/results/, runs nothing
+        from bench.history import main as history
+
+        return history(arguments[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="*", metavar="PART", help=f"any of {', '.join(PARTS)} (default: all)")
     parser.add_argument("--runs", type=int, default=3, help="runs per measurement; medians are reported")

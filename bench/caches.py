@@ -8,7 +8,7 @@ first, through a gateway (exact cache on, semantic cache at its default matcher,
 of the Hunyuan simulator. The simulator's answer echoes the question, so every served answer says which
 question it was made for: one made for another question than the one asked (or, for a paraphrase, its
 original) is a false hit. Measured per run, with a fresh gateway: upstream calls and calls saved per layer
-(`gateway_llm_upstream_calls_total`, `gateway_llm_calls_saved_total`), hits and false hits per kind.
+(`gateway_chat_upstream_calls_total`, `gateway_chat_calls_saved_total`), hits and false hits per kind.
 
     python -m bench caches [--data DIR] [--runs 3] [--quick] [--out DIR]
 """
@@ -142,10 +142,10 @@ def gateway_env(simulator_url: str, extra: Mapping[str, str]) -> dict[str, str]:
     """Chat only (no Triton); a quota far above the replay, so every miss reaches the simulator."""
     return {
         "TRITON_URL": "127.0.0.1:9",
-        "HUNYUAN_BASE_URL": simulator_url,
-        "HUNYUAN_API_KEY": API_KEY,
-        "HUNYUAN_REQUESTS_PER_SECOND": "100000",
-        "HUNYUAN_MAX_CONCURRENT": "1000",
+        "CHAT_BASE_URL": simulator_url,
+        "CHAT_API_KEY": API_KEY,
+        "CHAT_REQUESTS_PER_SECOND": "100000",
+        "CHAT_MAX_CONCURRENT": "1000",
         **extra,
     }
 
@@ -189,8 +189,8 @@ async def cache_run(log_dir: Path, name: str, extra: Mapping[str, str], workload
             text = (await client.get(f"{gw.base_url}/metrics")).text
     return CacheRun(
         answered=answered,
-        upstream_calls=metric(text, "gateway_llm_upstream_calls_total"),
-        saved={layer: metric(text, "gateway_llm_calls_saved_total", layer=layer) for layer in ("exact", "semantic")},
+        upstream_calls=metric(text, "gateway_chat_upstream_calls_total"),
+        saved={layer: metric(text, "gateway_chat_calls_saved_total", layer=layer) for layer in ("exact", "semantic")},
     )
 
 

@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-PARTS = ("embeddings", "chat", "images", "caches", "keys", "search", "gpu")
+PARTS = ("embeddings", "chat", "video", "caches", "keys", "search", "gpu")
 
 
 def load_parts(run_dir: Path) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """`make demo`: embeddings, chat and the caches through the gateway (official `openai` client), then an
-image task: submitted (202), watched over server-sent events until the simulated Pika job ends.
+video task: submitted (202), watched over server-sent events until the simulated Pika job ends.
 
-Runs against what `make demo` starts: Triton, the Hunyuan and Pika simulators and the gateway on their
+Runs against what `make demo` starts: Triton, the TokenHub and fal simulators and the gateway on their
 default ports.
 """
 
@@ -53,7 +53,7 @@ def image_task(http: httpx.Client) -> None:
     body = {"prompt": "a paper boat on a lake", "size": "1280x720"}
     answer = http.post(f"{GATEWAY}/v1/images/generations", json=body)
     task = answer.json()
-    print(f"image task: {answer.status_code} {task['id']} {task['status']} after {time.perf_counter() - started:.3f} s")
+    print(f"video task: {answer.status_code} {task['id']} {task['status']} after {time.perf_counter() - started:.3f} s")
     with http.stream("GET", f"{GATEWAY}/v1/tasks/{task['id']}/events") as events:
         for line in events.iter_lines():
             if line.startswith("data: {"):

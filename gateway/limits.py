@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 
 from prometheus_client import Gauge
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import metrics
 from gateway.auth import PUBLIC_PATHS
-from gateway.errors import GatewayError, OverloadedError, PayloadTooLargeError, UpstreamTimeoutError
+from gateway.errors import OverloadedError, PayloadTooLargeError, UpstreamTimeoutError, send_error
 
 
 class InFlightLimit:
@@ -92,11 +91,11 @@ class LimitsMiddleware:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_body_bytes:
-            await _answer(self._too_large(declared), scope, receive, send)
+            await send_error(self._too_large(declared), scope, receive, send)
             return
         permits = self.watchers if is_task_watch(scope["path"]) else self.in_flight
         if not permits.acquire():
-            await _answer(permits.overloaded(), scope, receive, send)
+            await send_error(permits.overloaded(), scope, receive, send)
             return
         try:
             await self._run(scope, receive, send, counted=declared is None)
@@ -137,11 +136,11 @@ class LimitsMiddleware:
         except TimeoutError:
             if not started:
                 message = f"request took longer than {self.timeout_seconds:g} s"
-                await _answer(UpstreamTimeoutError(message), scope, receive, send)
+                await send_error(UpstreamTimeoutError(message), scope, receive, send)
         except PayloadTooLargeError:
             pass  # answered below
         if too_large is not None and not started:
-            await _answer(too_large, scope, receive, send)
+            await send_error(too_large, scope, receive, send)
 
     def _too_large(self, size: int) -> PayloadTooLargeError:
         return PayloadTooLargeError(f"request body of {size} bytes exceeds the limit of {self.max_body_bytes} bytes")
@@ -155,7 +154,3 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
-
-
-async def _answer(error: GatewayError, scope: Scope, receive: Receive, send: Send) -> None:
-    await JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)(scope, receive, send)

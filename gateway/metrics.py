@@ -1,12 +1,18 @@
 """Every metric the gateway exports, declared once (prefix `gateway_`, Prometheus suffixes).
 
 `http_requests_in_flight` keeps its contract name: the autoscaler reads it.
-Failure counters carry a bounded `reason` label.
+Failure counters carry a bounded `reason` label. The families renamed in 0.4 (`gateway_llm_*` -> `gateway_chat_*`,
+`gateway_image_*` -> `gateway_video_*`) are also exported under their old names for one release
+(`RenamedFamilies`), so that dashboards and alerts can move at their own pace.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -31,7 +37,7 @@ REQUESTS_SHED = Counter(
     "Requests refused with 429 because their in-flight limit (requests or watchers) was full.",
 )
 TASK_WATCHERS = Gauge(
-    "gateway_task_watchers", "Image task event streams open now (REST and gRPC); not in http_requests_in_flight."
+    "gateway_task_watchers", "Video task event streams open now (REST and gRPC); not in http_requests_in_flight."
 )
 
 CACHE_LOOKUPS = Counter(
@@ -85,21 +91,21 @@ REINDEX_SCAN_FAILURES = Counter(
     ["reason"],
 )
 
-LLM_CALLS = Counter(
-    "gateway_llm_upstream_calls_total",
+CHAT_UPSTREAM_CALLS = Counter(
+    "gateway_chat_upstream_calls_total",
     "Chat calls that reached the upstream, by model and serving host.",
     ["model", "host"],
 )
-LLM_ERRORS = Counter(
-    "gateway_llm_upstream_errors_total", "Failed chat upstream attempts by reason and host.", ["reason", "host"]
+CHAT_UPSTREAM_ERRORS = Counter(
+    "gateway_chat_upstream_errors_total", "Failed chat upstream attempts by reason and host.", ["reason", "host"]
 )
 # reason: timeout | connection | stream_broken | <HTTP status>; host: host[:port] of a configured base URL (never
 # a string a client sent)
-LLM_TOKENS = Counter("gateway_llm_tokens_total", "Tokens billed by the upstream.", ["model", "kind"])
+CHAT_TOKENS = Counter("gateway_chat_tokens_total", "Tokens billed by the upstream.", ["model", "kind"])
 # kind: prompt | completion | reasoning (part of completion, as OpenAI counts it)
-LLM_SAVED_CALLS = Counter("gateway_llm_calls_saved_total", "Chat calls answered by a cache layer.", ["layer"])
-LLM_SAVED_TOKENS = Counter(
-    "gateway_llm_tokens_saved_total", "Upstream tokens not spent thanks to a cache layer.", ["layer"]
+CHAT_SAVED_CALLS = Counter("gateway_chat_calls_saved_total", "Chat calls answered by a cache layer.", ["layer"])
+CHAT_SAVED_TOKENS = Counter(
+    "gateway_chat_tokens_saved_total", "Upstream tokens not spent thanks to a cache layer.", ["layer"]
 )
 # layer: exact | semantic
 QUOTA_WAIT = Histogram(
@@ -133,44 +139,44 @@ REDIS_CALL_FAILURES = Counter(
     "PING follows) | pool_busy (fails alone) | connection (refused or reset: opens the circuit).",
     ["client", "reason"],
 )
-BREAKER_STATE = Gauge("gateway_llm_breaker_open", "1 while a model's circuit breaker is open.", ["model"])
+BREAKER_STATE = Gauge("gateway_chat_breaker_open", "1 while a model's circuit breaker is open.", ["model"])
 HOST_BREAKER_STATE = Gauge(
-    "gateway_llm_host_breaker_open", "1 while a chat upstream host's circuit breaker is open.", ["host"]
+    "gateway_chat_host_breaker_open", "1 while a chat upstream host's circuit breaker is open.", ["host"]
 )
 
 TASK_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0)
 VIDEO_TASKS = Gauge(
-    "gateway_image_tasks", "Unfinished image tasks in the store by state (seen by this replica).", ["state"]
+    "gateway_video_tasks", "Unfinished video tasks in the store by state (seen by this replica).", ["state"]
 )
 VIDEO_TASK_TRANSITIONS = Counter(
-    "gateway_image_task_transitions_total", "Image tasks moved into a state by this replica.", ["state"]
+    "gateway_video_task_transitions_total", "Video tasks moved into a state by this replica.", ["state"]
 )
 VIDEO_TASK_DURATION = Histogram(
-    "gateway_image_task_duration_seconds", "Task creation to its end, by final state.", ["state"], buckets=TASK_BUCKETS
+    "gateway_video_task_duration_seconds", "Task creation to its end, by final state.", ["state"], buckets=TASK_BUCKETS
 )
 VIDEO_SUBMIT_LATENCY = Histogram(
-    "gateway_image_submit_duration_seconds",
+    "gateway_video_submit_duration_seconds",
     "Time to accept a generation request (store write, no upstream call).",
     buckets=LATENCY_BUCKETS,
 )
 VIDEO_UPSTREAM_SUBMITS = Counter(
-    "gateway_image_upstream_submits_total", "Submissions to the image upstream by result.", ["result"]
+    "gateway_video_upstream_submits_total", "Submissions to the video upstream by result.", ["result"]
 )  # result: accepted | retry | rejected | unknown (cut off: the upstream may have the job; see video_submitter.py)
-VIDEO_CALLBACKS = Counter("gateway_image_callbacks_total", "Webhook calls received, by result.", ["result"])
+VIDEO_CALLBACKS = Counter("gateway_video_callbacks_total", "Webhook calls received, by result.", ["result"])
 # result: applied | adopted (the job of a submit whose answer was lost) | duplicate | stale | rejected (signature)
 # | bad_token (wrong or missing URL token: refused before anything else) | unknown_task
 VIDEO_ORPHAN_JOBS = Counter(
-    "gateway_image_orphan_jobs_total", "Upstream jobs found running for a task that tracks another one; cancelled."
+    "gateway_video_orphan_jobs_total", "Upstream jobs found running for a task that tracks another one; cancelled."
 )
 VIDEO_LOST_JOB_LOOKUPS = Counter(
-    "gateway_image_lost_job_lookups_total",
+    "gateway_video_lost_job_lookups_total",
     "Lookups in fal's request history for the job of a submit whose answer was lost, by result.",
     ["result"],
 )  # result: found (adopted) | not_found (looked again later, or submitted again) | unavailable (as not_found)
 VIDEO_TASKS_COMPLETED_BY_POLLING = Counter(
-    "gateway_image_tasks_completed_by_polling_total", "Tasks whose webhook never came: their end was found by polling."
+    "gateway_video_tasks_completed_by_polling_total", "Tasks whose webhook never came: their end was found by polling."
 )
-VIDEO_POLLS = Counter("gateway_image_polls_total", "Status polls of the image upstream by result.", ["result"])
+VIDEO_POLLS = Counter("gateway_video_polls_total", "Status polls of the video upstream by result.", ["result"])
 # result: in_queue | in_progress | completed | failed (the job ended in an error) | error (the poll failed)
 
 # Usage per team (teams come from the keys file and the admin API, never from a client: the label set is bounded).
@@ -187,4 +193,39 @@ USAGE_SPOOLED = Counter(
 USAGE_REPLAYED = Counter("gateway_usage_replayed_total", "Spooled usage records written to Redis.")
 USAGE_SPOOL_DROPPED = Counter(
     "gateway_usage_spool_dropped_total", "Usage records dropped because the spool was full (lost)."
+)
+
+
+class RenamedFamilies(Collector):
+    """`families` again under their names before 0.2 (`renamed`: new prefix -> old prefix), marked deprecated."""
+
+    def __init__(self, families: list[Counter | Gauge | Histogram], renamed: dict[str, str]) -> None:
+        self._families = families
+        self._renamed = renamed
+
+    def _old(self, name: str) -> str:
+        for new, old in self._renamed.items():
+            if name.startswith(new):
+                return old + name.removeprefix(new)
+        return name
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._families:
+            for metric in family.collect():
+                old = Metric(self._old(metric.name), f"Deprecated: {metric.name}. {metric.documentation}", metric.type)
+                old.samples = [sample._replace(name=self._old(sample.name)) for sample in metric.samples]
+                yield old
+
+
+RENAMED_PREFIXES = {"gateway_chat_": "gateway_llm_", "gateway_video_": "gateway_image_"}
+REGISTRY.register(
+    RenamedFamilies(
+        [
+            metric
+            for metric in list(globals().values())
+            if isinstance(metric, Counter | Gauge | Histogram)
+            and next(iter(metric.describe())).name.startswith(tuple(RENAMED_PREFIXES))
+        ],
+        RENAMED_PREFIXES,
+    )
 )

@@ -68,11 +68,20 @@ IDLE_CLOSE_SECONDS = 60.0
 
 
 class RedisSkippedError(RedisConnectionError):
-    """A call not made: the circuit is open (Redis failed recently), or another call is probing it."""
+    """A call not made: the circuit is open (Redis failed recently), or another call is probing it. Its
+    caller falls back as for an outage (caches miss, quotas count per replica).
+
+    Do: nothing per call; operator: restore Redis; the circuit probes it again after `REDIS_BACKOFF_SECONDS`.
+    """
 
 
 class RedisPoolBusyError(RedisError):
-    """A call not made: every connection of the pool stayed in use for the whole timeout. Not an outage."""
+    """A call not made: every connection of the pool stayed in use for the whole timeout. Not an outage: the
+    call fails alone, and the circuit stays closed.
+
+    Do: nothing per call; operator: a rising `gateway_redis_pool_busy_total` means a pod short of CPU or a
+    slow Redis.
+    """
 
 
 class _BoundedPool(aioredis.BlockingConnectionPool):

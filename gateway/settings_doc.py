@@ -17,7 +17,7 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from gateway.settings import Settings, environment_variables
+from gateway.settings import RenamedPrefix, Settings, environment_variables
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
@@ -77,6 +77,13 @@ def render_section(path: str, group: type[BaseSettings]) -> str:
     docstring = group.__dict__.get("__doc__")
     if docstring:
         lines += [inspect.cleandoc(docstring), ""]
+    if issubclass(group, RenamedPrefix):
+        prefix = group.model_config.get("env_prefix", "")
+        lines += [
+            f"Each variable is also read under its name before 0.2, `{group.deprecated_prefix}*` for `{prefix}*` "
+            "(deprecated: logged at start-up, no longer read from 0.3); the new name wins when both are set.",
+            "",
+        ]
     lines += ["| variable | default | description |", "|---|---|---|"]
     for variable, field in environment_variables(group).items():
         lines.append(f"| `{variable}` | {render_default(field)} | {table_cell(field.description or '')} |")

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from gateway.settings import environment_variables, settings_groups
+from gateway.settings import environment_variables, renamed_variables, settings_groups
 
 SCHEMA = Path(__file__).resolve().parent.parent / "helm" / "ai-stack" / "values.schema.json"
 
@@ -75,10 +75,13 @@ def setting_schema(name: str, field: FieldInfo) -> dict[str, Any]:
 
 def config_schema() -> dict[str, Any]:
     """The schema `gateway.config` and `gateway.extraConfig` share: every setting the chart passes through, typed;
-    the others (set by the chart, or secrets) by name only, so that the chart's own refusal says why; no other key."""
-    properties = {
-        name: setting_schema(name, field) if passed_through(name) else {} for name, field in sorted(settings().items())
-    }
+    the others (set by the chart, or secrets) by name only, so that the chart's own refusal says why; a name from before
+    0.4 as its new name, marked deprecated (the chart carries it under the new name); no other key."""
+    fields = settings()
+    properties = {name: setting_schema(name, field) if passed_through(name) else {} for name, field in fields.items()}
+    for old, new in renamed_variables().items():
+        properties[old] = {**properties[new], "deprecated": True, "description": f"Renamed {new}; read until 0.3."}
+    properties = dict(sorted(properties.items()))
     return {"type": "object", "additionalProperties": False, "properties": properties}
 
 

@@ -27,6 +27,12 @@ pytest_plugins = [
 TOOL_VARIABLES = ("MODEL", "TRITON_HTTP_PORT", "TRITON_GRPC_PORT", "TRITON_METRICS_PORT")
 
 
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """`async def` tests and fixtures run on asyncio (the gateway's loop), not on every backend anyio knows."""
+    return "asyncio"
+
+
 @pytest.fixture(autouse=True)
 def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test sees the developer's settings (nor an earlier test's keys and usage); none may reach a model hub."""

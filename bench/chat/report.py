@@ -186,7 +186,7 @@ def plan_notes(plan: Plan) -> list[str]:
         f"{plan.stream_seconds:g} s; 'completed' = ended with [DONE] and no error event, 'peak open' = "
         "answers streaming at the same moment.",
         "Gateway: one process, API key checked, exact cache off (CHAT_CACHE_MB=0) except for the cache-hit "
-        "series, semantic cache off, quota 100000 QPS / 5000 concurrent, HUNYUAN_MAX_CONNECTIONS=2000, "
+        "series, semantic cache off, quota 100000 QPS / 5000 concurrent, CHAT_MAX_CONNECTIONS=2000, "
         "GATEWAY_MAX_IN_FLIGHT=5000.",
     ]
 

@@ -109,7 +109,7 @@ async def chat_dropped_streams(platform: Platform, event: FaultEvent) -> None:
 
 
 async def fal_submit_timeouts(platform: Platform, event: FaultEvent) -> None:
-    """fal's submit answers after the gateway's read timeout (PIKA_READ_TIMEOUT_SECONDS=5): outcome unknown."""
+    """fal's submit answers after the gateway's read timeout (VIDEO_READ_TIMEOUT_SECONDS=5): outcome unknown."""
     await platform.simulator_config(platform.pika, submit_delay_seconds=8.0)
     await asyncio.sleep(20.0)
     await platform.simulator_config(platform.pika, submit_delay_seconds=0.0)

@@ -38,7 +38,7 @@ log = logging.getLogger("bench.soak")
 
 CHAT_MODEL = "deepseek-v4-flash"  # thinks before it answers: reasoning tokens, then the answer
 SIM_KEY = "soak-upstream-key"
-CHAT_QUOTA = (30, 60)  # the account's requests per second and calls in flight (HUNYUAN_REQUESTS_PER_SECOND, ...)
+CHAT_QUOTA = (30, 60)  # the account's requests per second and calls in flight (CHAT_REQUESTS_PER_SECOND, ...)
 REDIS_MAXMEMORY = "256mb"
 
 
@@ -238,20 +238,20 @@ class Platform:
             "TRITON_URL": f"ipv4:{tritons}",
             "REDIS_URL": self.redis_url,
             "SEARCH_MILVUS_URI": self.milvus_uri,
-            "HUNYUAN_BASE_URL": f"http://127.0.0.1:{self.hunyuan_port}/v1",
-            "HUNYUAN_API_KEY": SIM_KEY,
-            "HUNYUAN_MODELS": CHAT_MODEL,
-            "HUNYUAN_REQUESTS_PER_SECOND": str(CHAT_QUOTA[0]),
-            "HUNYUAN_MAX_CONCURRENT": str(CHAT_QUOTA[1]),
-            "PIKA_BASE_URL": pika,
-            "PIKA_API_KEY": SIM_KEY,
-            "PIKA_WEBHOOK_JWKS_URL": f"{pika}/.well-known/jwks.json",
-            "PIKA_PLATFORM_URL": pika,
-            "PIKA_CALLBACK_GRACE_SECONDS": str(max(5.0, self.config.video_seconds)),
-            "PIKA_READ_TIMEOUT_SECONDS": "5",
-            "PIKA_UNKNOWN_SUBMIT_WAIT_SECONDS": "30",
-            "PIKA_SUBMITS_PER_SECOND": "20",
-            "PIKA_MAX_CONCURRENT_SUBMITS": "8",
+            "CHAT_BASE_URL": f"http://127.0.0.1:{self.hunyuan_port}/v1",
+            "CHAT_API_KEY": SIM_KEY,
+            "CHAT_MODELS": CHAT_MODEL,
+            "CHAT_REQUESTS_PER_SECOND": str(CHAT_QUOTA[0]),
+            "CHAT_MAX_CONCURRENT": str(CHAT_QUOTA[1]),
+            "VIDEO_BASE_URL": pika,
+            "VIDEO_API_KEY": SIM_KEY,
+            "VIDEO_WEBHOOK_JWKS_URL": f"{pika}/.well-known/jwks.json",
+            "VIDEO_PLATFORM_URL": pika,
+            "VIDEO_CALLBACK_GRACE_SECONDS": str(max(5.0, self.config.video_seconds)),
+            "VIDEO_READ_TIMEOUT_SECONDS": "5",
+            "VIDEO_UNKNOWN_SUBMIT_WAIT_SECONDS": "30",
+            "VIDEO_SUBMITS_PER_SECOND": "20",
+            "VIDEO_MAX_CONCURRENT_SUBMITS": "8",
         }
 
     def _start_gateway(self, index: int) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from bench.soak.records import Evidence, Phase, Record, Sample, Slo
 
 # How long after a fault's end its clients may still see it, by component. The chat upstream's: a model's breaker
-# may open at the fault's last moment and answers 503 for HUNYUAN_BREAKER_RESET_SECONDS (30), then lets one probe
+# may open at the fault's last moment and answers 503 for CHAT_BREAKER_RESET_SECONDS (30), then lets one probe
 # through, a stream whose success counts at its end (the simulator's answers take up to 5 s); 5 s to spare.
 RECOVERY_SECONDS = {"gateway": 5, "triton": 5, "redis": 10, "milvus": 15, "chat-upstream": 40, "fal": 10, "cpu": 10}
 LATENCY_GOALS_MS = {  # route group -> (routes, p99 goal in ms): the seed's SLAs for the whole platform

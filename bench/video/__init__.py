@@ -1,4 +1,4 @@
-"""Part 3, images (video generation: Pika text-to-video behind `/v1/images/generations`): how fast a
+"""Part 3, video (generation through fal, Pika text-to-video by default, behind `/v1/images/generations`): how fast a
 generation request is accepted, and whether every task ends when webhooks get lost.
 
 - Submit latency: `POST /v1/images/generations` (202 once the task is stored; the upstream call happens
@@ -8,14 +8,13 @@ generation request is accepted, and whether every task ends when webhooks get lo
 - Completion: tasks submitted at 50/s while the simulator loses 30 % of the webhooks, each watched over
   SSE until it ends. Time to completion (send to the final event), wall clock, lost tasks (every job
   succeeds upstream, so a task not `completed` by its deadline is lost) and the tasks the gateway found
-  by polling (`gateway_image_tasks_completed_by_polling_total`).
+  by polling (`gateway_video_tasks_completed_by_polling_total`).
 
-The part keeps the name `images` (`python -m bench images`, `make bench-images`, `images.json`), after the
-public route. The modules: `plan` (rates, job length, targets), `servers` (simulator, gateway, redis-server),
-`submits` (submit latency), `completion` (tasks followed to their end), `report` (table, targets, notes)
-and `part` (the run).
+The part was named `images` before 0.2 (`make bench-images` still runs it). The modules: `plan` (rates, job
+length, targets), `servers` (simulator, gateway, redis-server), `submits` (submit latency), `completion`
+(tasks followed to their end), `report` (table, targets, notes) and `part` (the run).
 
-    python -m bench images [--runs 3] [--quick] [--out DIR]
+    python -m bench video [--runs 3] [--quick] [--out DIR]
 """
 
 from __future__ import annotations

@@ -72,6 +72,6 @@ async def completion_run(stack: VideoStack, tasks: int) -> CompletionRun:
         stats=stats,
         outcomes=outcomes,
         wall_seconds=max(ended, default=started) - started,
-        by_polling=metric(text, "gateway_image_tasks_completed_by_polling_total"),
-        callbacks_applied=metric(text, "gateway_image_callbacks_total", result="applied"),
+        by_polling=metric(text, "gateway_video_tasks_completed_by_polling_total"),
+        callbacks_applied=metric(text, "gateway_video_callbacks_total", result="applied"),
     )

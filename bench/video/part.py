@@ -14,7 +14,7 @@ from bench.video.report import completion_row, notes, submit_row, targets
 from bench.video.servers import video_stack
 from bench.video.submits import submit_series
 
-log = logging.getLogger("bench.images")
+log = logging.getLogger("bench.video")
 
 
 async def run(out_dir: Path, *, runs: int = 3, quick: bool = False) -> PartResult:
@@ -35,7 +35,7 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False) -> PartResul
             )
     completions: list[CompletionRun] = []
     for index in range(runs):
-        name = f"gateway-images-loss-{index}"
+        name = f"gateway-video-loss-{index}"
         with video_stack(log_dir, name, job_seconds=JOB_SECONDS[quick], loss_rate=LOSS_RATE, seed=index) as stack:
             completions.append(await completion_run(stack, COMPLETION_TASKS[quick]))
         log.info("completion run %d: %s", index + 1, dict(completions[-1].outcomes))

@@ -3,7 +3,7 @@ length and the targets; by quick where a quick run differs."""
 
 from __future__ import annotations
 
-PART = "images"  # the CLI's part name and the result's key: the public route is /v1/images/generations
+PART = "video"  # the CLI's part name and the result's key
 API_KEY = "bench-fal-key"
 JOB_SECONDS = {False: 5.0, True: 1.0}  # by quick; a real Pika job takes 10-20 s, the protocol is the same
 RATES = (50.0, 200.0)

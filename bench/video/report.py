@@ -74,7 +74,7 @@ def targets(points: Sequence[Point], completions: Sequence[CompletionRun]) -> li
     detail = ", ".join(f"{k}: {v}" for k, v in sorted(outcomes.items()) if k != "completed")
     found.append(
         Target(
-            name=f"lost image tasks with {LOSS_RATE:.0%} of webhooks lost",
+            name=f"lost video tasks with {LOSS_RATE:.0%} of webhooks lost",
             goal="0",
             measured=f"{lost} of {total} over {len(completions)} runs" + (f" ({detail})" if detail else ""),
             met=lost == 0,
@@ -89,9 +89,9 @@ def notes(cores: int, runs: int, quick: bool) -> list[str]:
         "stands in for a remote service) and Redis; CPU %: during the load window, 100 = one core.",
         f"Medians of {runs} runs, each on a fresh simulator and gateway. Latency counts from the scheduled send "
         f"(open loop, a connection per request in flight); {WARMUP_REQUESTS} unmeasured submits warm each load.",
-        f"Simulated jobs take {JOB_SECONDS[quick]:g} s; webhooks go to the gateway's own /v1/callbacks/pika; "
-        f"PIKA_CALLBACK_GRACE_SECONDS={JOB_SECONDS[quick] + GRACE_AFTER_JOB_SECONDS:g} (polls only tasks whose "
-        f"webhook is late), PIKA_TASK_TIMEOUT_SECONDS={TASK_TIMEOUT_SECONDS:g}, "
+        f"Simulated jobs take {JOB_SECONDS[quick]:g} s; webhooks go to the gateway's own /v1/callbacks/video; "
+        f"VIDEO_CALLBACK_GRACE_SECONDS={JOB_SECONDS[quick] + GRACE_AFTER_JOB_SECONDS:g} (polls only tasks whose "
+        f"webhook is late), VIDEO_TASK_TIMEOUT_SECONDS={TASK_TIMEOUT_SECONDS:g}, "
         "submit quota 5000/s (16 in flight), GATEWAY_MAX_IN_FLIGHT=4096 (one SSE stream per watched task).",
         f"Completion: {COMPLETION_RATE:g} tasks/s, each watched over SSE from its send to its final event; a task is "
         f"lost unless it is completed within the task timeout + {DEADLINE_MARGIN_SECONDS:g} s (every simulated job "

@@ -28,14 +28,14 @@ def gateway_env(pika: Endpoint, redis_url: str | None, *, job_seconds: float = J
     """Video only (no Triton); submit quota far above the load; polling starts soon after a lost webhook."""
     env = {
         "TRITON_URL": "127.0.0.1:9",
-        "PIKA_BASE_URL": pika.base_url,
-        "PIKA_API_KEY": API_KEY,
-        "PIKA_WEBHOOK_JWKS_URL": f"{pika.base_url}/.well-known/jwks.json",
-        "PIKA_PLATFORM_URL": pika.base_url,  # the request history (read only after a lost submit answer)
-        "PIKA_SUBMITS_PER_SECOND": "5000",
-        "PIKA_MAX_CONCURRENT_SUBMITS": "16",
-        "PIKA_CALLBACK_GRACE_SECONDS": f"{job_seconds + GRACE_AFTER_JOB_SECONDS:g}",
-        "PIKA_TASK_TIMEOUT_SECONDS": f"{TASK_TIMEOUT_SECONDS:g}",
+        "VIDEO_BASE_URL": pika.base_url,
+        "VIDEO_API_KEY": API_KEY,
+        "VIDEO_WEBHOOK_JWKS_URL": f"{pika.base_url}/.well-known/jwks.json",
+        "VIDEO_PLATFORM_URL": pika.base_url,  # the request history (read only after a lost submit answer)
+        "VIDEO_SUBMITS_PER_SECOND": "5000",
+        "VIDEO_MAX_CONCURRENT_SUBMITS": "16",
+        "VIDEO_CALLBACK_GRACE_SECONDS": f"{job_seconds + GRACE_AFTER_JOB_SECONDS:g}",
+        "VIDEO_TASK_TIMEOUT_SECONDS": f"{TASK_TIMEOUT_SECONDS:g}",
         "GATEWAY_MAX_IN_FLIGHT": "4096",  # the completion run holds one SSE stream per task
         "GATEWAY_SHUTDOWN_GRACE_SECONDS": "1",  # each run stops its gateway with tasks still open
     }

@@ -16,7 +16,7 @@ from bench.run_stats import RunStats, median
 from bench.video.plan import PROMPT, RATES, WARMUP_REQUESTS
 from bench.video.servers import VideoStack, video_stack
 
-log = logging.getLogger("bench.images")
+log = logging.getLogger("bench.video")
 
 
 @dataclass
@@ -70,7 +70,7 @@ async def submit_series(
     measured: dict[float, list[Measured]] = {rate: [] for rate in RATES}
     for run in range(runs):
         for rate in RATES:
-            name = f"gateway-images-{'redis' if redis_url else 'sqlite'}-{rate:g}-{run}"
+            name = f"gateway-video-{'redis' if redis_url else 'sqlite'}-{rate:g}-{run}"
             with video_stack(log_dir, name, job_seconds=job_seconds, redis_url=redis_url, seed=run) as stack:
                 measured[rate].append(one := await submit_once(stack, rate, duration))
             log.info("%s run %d at %g/s: p50 %.1f ms, p99 %.1f ms", system, run + 1, rate, *one.percentiles())

@@ -10,7 +10,11 @@ from typing import Protocol
 
 
 class CacheStoreError(Exception):
-    """The store could not answer; the request goes on without the cache."""
+    """The cache store (Redis) failed a call, or skipped it while its circuit is open; never answered to a
+    client: the request goes on without the cache.
+
+    Do: nothing for clients; operator: `gateway_cache_errors_total` and Redis's health.
+    """
 
 
 class ByteStore(Protocol):

@@ -26,7 +26,10 @@ _IMPORT = re.compile(r"^from (gateway\.v\d+) import ", re.MULTILINE)
 
 
 class CodegenError(RuntimeError):
-    """protoc failed; its own diagnostics were printed to stderr."""
+    """`make proto` found no .proto files, or protoc failed; its own diagnostics were printed to stderr.
+
+    Do: fix the .proto file as protoc's diagnostics say, then run `make proto` again.
+    """
 
 
 def proto_files(proto_root: Path = PROTO_ROOT) -> list[Path]:

@@ -19,12 +19,12 @@ from typing import Any
 import grpc
 
 from gateway.errors import GatewayError, UpstreamTimeoutError
-from gateway.grpc.call_cost import CURRENT_COST, CallCost
 from gateway.keys.context import CURRENT_KEY
 from gateway.keys.families import grpc_family
 from gateway.keys.gatekeeper import Gatekeeper
 from gateway.limits import InFlightLimit
 from gateway.metrics import GRPC_LATENCY
+from gateway.usage.call_cost import CURRENT_COST, CallCost
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
             _observe(method, code, started)
             await context.abort(code, details, trailing_metadata=trailers)
         else:
-            if (trailer := cost.trailer()) is not None:  # beside what the servicer set (x-cache, ...)
+            if (trailer := cost.header()) is not None:  # beside what the servicer set (x-cache, ...)
                 context.set_trailing_metadata((*(context.trailing_metadata() or ()), trailer))
             _observe(method, grpc.StatusCode.OK, started)
         finally:

@@ -22,10 +22,8 @@ from gateway.grpc.servicer import first_error
 from gateway.protocol.base import MAX_NESTING_DEPTH, check_json
 from gateway.protocol.search import DocumentIn
 from gateway.protocol.unicode import dotted, printable
-from gateway.search.documents import Collection, Document
-from gateway.services.search import NewDocument, SearchService
+from gateway.services.search import Collection, Document, NewDocument, SearchService, Task
 from gateway.services.search_reindex import public_progress
-from gateway.tasks.model import Task
 
 M = TypeVar("M", bound=BaseModel)
 

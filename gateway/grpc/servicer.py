@@ -11,16 +11,15 @@ import grpc
 from pydantic import ValidationError
 
 from gateway.auth import caller_identity
+from gateway.billing import ChatStream
 from gateway.errors import InvalidRequestError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.protocol.base import MAX_NESTING_DEPTH
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest
-from gateway.services.chat import CacheResult
 from gateway.services.embeddings import EmbeddingResult, InputType
 from gateway.services.models import ListedModel
-from gateway.services.video import public_task
-from gateway.tasks.model import Task
+from gateway.services.video import Task, public_task
 
 
 class EmbeddingBackend(Protocol):
@@ -76,11 +75,9 @@ def embed_response(result: EmbeddingResult) -> pb.EmbedResponse:
 
 
 class ChatBackend(Protocol):
-    """What the gRPC front end needs from the chat service (`gateway.services.chat`)."""
+    """What the gRPC front end needs from the billed chat service (`gateway.billing.BilledChat`)."""
 
-    async def stream(
-        self, body: dict[str, Any], *, use_cache: bool = True
-    ) -> tuple[AsyncGenerator[list[str], None], CacheResult]: ...
+    async def stream(self, body: dict[str, Any], *, use_cache: bool = True) -> ChatStream: ...
 
 
 class ChatServicer:
@@ -91,12 +88,15 @@ class ChatServicer:
 
     async def Complete(self, request: pb.ChatRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ChatChunk]:
         body = parse_chat_body(request.body_json)
-        chunks, result = await self._backend.stream({**body, "stream": True}, use_cache=not request.no_cache)
-        await context.send_initial_metadata((("x-cache", result.outcome),))
-        async with aclosing(chunks):  # a cancelled call closes the upstream stream
-            async for batch in chunks:
-                for chunk in batch:
-                    yield chat_chunk(chunk)
+        opened = await self._backend.stream({**body, "stream": True}, use_cache=not request.no_cache)
+        try:
+            await context.send_initial_metadata((("x-cache", opened.result.outcome),))
+            async with aclosing(opened.batches):  # a cancelled call closes the upstream stream
+                async for batch in opened.batches:
+                    for chunk in batch:
+                        yield chat_chunk(chunk)
+        finally:
+            await opened.release()
 
 
 def parse_chat_body(body_json: str) -> dict[str, Any]:

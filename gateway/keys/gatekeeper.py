@@ -4,7 +4,7 @@ and their team's limits (429), for REST and gRPC alike.
 A request whose key and team have no limits costs a hash and a dict lookup; one with limits costs one Redis
 script (or the in-process equivalent) that checks them all. Chat calls also reserve their estimated tokens
 and a stream slot, settled when the answer's usage is known; these checks run before the call queues for the
-account's Hunyuan quota, so a team at its own limit never holds one of the account's slots.
+account's chat quota, so a team at its own limit never holds one of the account's slots.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class Gatekeeper:
             rpm = limits.rpm_for(family)
             if rpm:
                 interval = math.floor(60_000_000 / rpm)
-                checks.append(Check("rate", names.limit_key("rpm", subject, family), interval))
+                checks.append(Check("rate", names.limit_key("rpm", subject, family), interval, rpm))
             if limits.monthly_budget is not None and family in BUDGETED:
                 checks.append(_budget_check(subject, limits.monthly_budget, now))
         if len(self._admissions) >= MAX_ADMISSIONS:  # revoked keys' entries go too; the others are rebuilt

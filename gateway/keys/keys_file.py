@@ -28,7 +28,11 @@ from gateway.keys.model import ALL_SCOPES, ApiKey, KeyLimits, display_prefix, ha
 
 
 class KeysFileError(ValueError):
-    """The keys file is not valid; the keys in force stay."""
+    """The keys file (`GATEWAY_KEYS_FILE`) is not valid YAML or holds an invalid key or team entry; the keys in
+    force stay (at start there are none from the file: the gateway stays closed rather than open).
+
+    Do: operator: fix the entry the logged message names; the file is read again when it changes.
+    """
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,17 @@
 """`RateLeases`: requests-per-minute limits large enough to lease are admitted from tokens this replica leased
 from Redis, so that a request under such a limit waits for no Redis round trip.
 
-A limit of L per minute paces one request per interval I = 60 s / L (the GCRA of `lua/admit.lua`, whose state,
-the TAT, the leases share). Where `WINDOW_US` holds at least `MIN_LEASE` intervals, a replica leases tokens
-(`lua/lease.lua`): each token advances the TAT by one interval, and a lease is granted only while the TAT stays
-within one window of now, so Redis hands out at most the rate plus one window's worth. A replica asks for what
-it used in the last `HORIZON_SECONDS` (at most one window's worth), renews in the background once half of it is
-spent or the lease is half way to `EXPIRY_SECONDS` (the request that triggers it does not wait), and drops what
+A limit of L per minute admits L requests back to back from idle, then one per interval I = 60 s / L (the GCRA
+of `lua/admit.lua` with a burst of L, whose state, the TAT, the leases share). Where `WINDOW_US` holds at least
+`MIN_LEASE` intervals, a replica leases tokens (`lua/lease.lua`): each token advances the TAT by one interval, and
+a token is granted only where the exact check would admit a request (the TAT stays within L intervals of now), so
+Redis hands out no more than the burst and the rate, to leases and exact checks together. A replica asks for
+what it used in the last `HORIZON_SECONDS` (at most one window's worth), renews in the background once half of it
+is spent or the lease is half way to `EXPIRY_SECONDS` (the request that triggers it does not wait), and drops what
 it still holds at expiry (a lease nobody uses is not handed back: its slots are lost, as a GCRA slot nobody asks
-for is). So over any period T the replicas together admit at most (T + (1 + replicas) x window) / I. Smaller
-limits keep the exact check per request: their window's worth would be a burst the limit does not allow.
+for is). So over any period T the replicas together admit at most L + (T + replicas x window) / I: the burst, the
+rate, and the tokens each replica held when T began. Smaller limits keep the exact check per request: their lease
+would be a token or two, and tokens one replica holds unused are a large share of the limit lost to the others.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from gateway.redis_client import REDIS_FAILURES
 
 log = logging.getLogger(__name__)
 
-WINDOW_US = 100_000  # a lease's reach on the shared TAT, and the most tokens a replica holds (in intervals)
+WINDOW_US = 100_000  # the most tokens a replica holds, in intervals of the limit
 MIN_LEASE = 8  # intervals per window below which a limit is checked exactly (under 4,800 per minute)
 HORIZON_SECONDS = 0.5  # a lease covers this long at the rate the replica used lately
 RATE_SPAN_SECONDS = 0.05  # the shortest span a used rate is reckoned over (the first lease asks for little)

@@ -1,7 +1,9 @@
 """The per-key and per-team limits as checks taken all together or not at all, in Redis (every replica) or in
 this process: `RedisKeyLimiter` runs `lua/admit.lua` after the account quota's `prelude.lua` (the same GCRA and
-token bucket arithmetic), `LocalKeyLimiter` runs the same rules in process memory. A refused request is not
-queued: it gets 429 at once with the wait the check returned.
+token bucket arithmetic), `LocalKeyLimiter` runs the same rules in process memory. A requests-per-minute limit of
+N is a GCRA with a burst of N: N requests back to back from idle, then one every 60/N s (the account quota keeps
+a burst of one). A refused request is not queued: it gets 429 at once with the wait the check returned, the time
+until it would be admitted.
 """
 
 from __future__ import annotations
@@ -9,14 +11,15 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from importlib.resources import files
 from typing import Any, Protocol
 
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from gateway.keys.checks import Check, CheckKind, Refusal
-from gateway.keys.leases import WINDOW_US, RateLeases, leasable
+from gateway.keys.checks import Check, CheckKind, Refusal, burst
+from gateway.keys.leases import RateLeases, leasable
 from gateway.keys.redis_channel import PipelinedChannel
 from gateway.keys.spend_cache import SpendCache
 from gateway.redis_client import OUTAGES, REDIS_FAILURES, RedisConnection
@@ -38,9 +41,11 @@ class KeyLimiter(Protocol):
 
 
 class LocalKeyLimiter:
-    """The checks in this process alone (no Redis): right for one replica."""
+    """The checks in this process alone (no Redis): right for one replica. `clock` gives monotonic microseconds
+    (tests pass their own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int] | None = None) -> None:
+        self._now = clock or _now_us
         self._tat: dict[str, int] = {}
         self._buckets: dict[str, tuple[float, int]] = {}
         self._slots: dict[str, set[str]] = {}
@@ -48,7 +53,7 @@ class LocalKeyLimiter:
         self._spend: dict[str, dict[str, float]] = {}
 
     async def admit(self, checks: list[Check]) -> Refusal | None:
-        now = _now_us()
+        now = self._now()
         for check in checks:
             wait = self._wait(check, now)
             if wait > 0:
@@ -58,7 +63,7 @@ class LocalKeyLimiter:
         return None
 
     async def release(self, checks: list[Check], actual_tokens: int | None) -> None:
-        now = _now_us()
+        now = self._now()
         for check in checks:
             if check.kind == "tokens":
                 capacity = int(check.a)
@@ -77,8 +82,8 @@ class LocalKeyLimiter:
         """Nothing to close in process."""
 
     def _wait(self, check: Check, now: int) -> float:
-        if check.kind == "rate":
-            return self._tat.get(check.key, 0) - now
+        if check.kind == "rate":  # the GCRA of admit.lua: the TAT may run (burst - 1) intervals ahead of now
+            return self._tat.get(check.key, 0) - now - (burst(check) - 1) * int(check.a)
         if check.kind == "tokens":
             capacity = int(check.a)
             return math.ceil((float(check.b) - self._level(check.key, capacity, now)) * 60_000_000 / capacity)
@@ -93,7 +98,7 @@ class LocalKeyLimiter:
 
     def _take(self, check: Check, now: int) -> None:
         if check.kind == "rate":
-            self._tat[check.key] = now + int(check.a)
+            self._tat[check.key] = max(self._tat.get(check.key, 0), now) + int(check.a)
         elif check.kind == "tokens":
             self._buckets[check.key] = (self._level(check.key, int(check.a), now) - float(check.b), now)
         elif check.kind == "slots":
@@ -194,7 +199,7 @@ class RedisKeyLimiter:
         self._spend.add(keys, cost, tokens)
 
     async def _leased(self, check: Check, wanted: int) -> tuple[int, int]:
-        args: list[str | int | float] = [check.a, wanted, WINDOW_US]
+        args: list[str | int | float] = [check.a, wanted, burst(check)]
         reply: Any = await self._redis.call(lambda: self._evalsha(self._lease, [check.key], args))
         return int(reply[0]), int(reply[1])
 

@@ -38,7 +38,7 @@ class KeyLimits(BaseModel):
     requests_per_minute: int | dict[str, int] | None = Field(
         None,
         description="Requests per minute in each route family (one number for all, or per family, e.g. "
-        '{"chat": 60}); spread evenly: at most one request every 60/N s.',
+        '{"chat": 60}): up to N at once, then one more every 60/N s (a GCRA with a burst of N).',
     )
     chat_tokens_per_minute: int | None = Field(None, gt=0, description="Chat tokens per minute (estimate, settled).")
     concurrent_chat_streams: int | None = Field(None, gt=0, description="Chat completions in flight at once.")

@@ -23,7 +23,11 @@ from redis.exceptions import ResponseError
 
 
 class ChannelResetError(RedisConnectionError):
-    """A call that was waiting on a connection `reset()` dropped."""
+    """A call that was waiting on a connection `reset()` dropped (after a call on it timed out); unlike a lost
+    connection, it is not tried again.
+
+    Do: nothing: its caller treats it as a failed Redis call, and the next call opens a new connection.
+    """
 
 
 class PipelinedChannel:

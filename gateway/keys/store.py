@@ -27,11 +27,20 @@ class StoredKeys:
 
 
 class KeyStoreUnavailableError(UpstreamUnavailableError):
-    """The key store could not be read or written (the admin API answers 503; lookups keep the last copy)."""
+    """The key store (Redis) failed a read or a write: the admin API call answers 503, while every replica
+    goes on checking keys against the copy it loaded last.
+
+    Do: admin: retry when Redis is back; operator: Redis's health (`gateway_redis_call_failures_total`).
+    """
 
 
 class KeyStoreOutageError(KeyStoreUnavailableError):
-    """Redis does not answer (or its circuit is open): the Redis circuit has logged the outage already."""
+    """As `KeyStoreUnavailableError`, when Redis does not answer at all or its circuit is open.
+
+    Do: admin: retry when Redis is back; operator: restore Redis (`gateway_redis_circuit_open`).
+
+    The Redis circuit has logged the outage already, so the key poll logs this one only at DEBUG.
+    """
 
 
 class KeyStore(Protocol):

@@ -40,8 +40,11 @@ from gateway.redis_client import RedisConnection
 __all__ = ["LocalQuotaLimiter", "QuotaConfig", "QuotaLimiter", "RedisQuotaLimiter", "Slot", "build_limiter"]
 
 
-def build_limiter(config: QuotaConfig, redis: str | RedisConnection | None, *, name: str) -> QuotaLimiter:
-    """The shared limiter when Redis is configured (the quota is the account's), else the in-process one."""
+def build_limiter(
+    config: QuotaConfig, redis: str | RedisConnection | None, *, name: str, key_name: str | None = None
+) -> QuotaLimiter:
+    """The shared limiter when Redis is configured (the quota is the account's), else the in-process one. `name`
+    labels its metrics and messages; `key_name` (default: `name`) names its Redis keys."""
     if redis is None:
         return LocalQuotaLimiter(config, name=name)
-    return RedisQuotaLimiter(redis, config, name=name)
+    return RedisQuotaLimiter(redis, config, name=name, key_prefix=f"quota:{{{key_name or name}}}:")

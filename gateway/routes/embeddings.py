@@ -8,21 +8,20 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, FastAPI, Request, Response
 
+from gateway.billing import BilledEmbeddings
 from gateway.protocol.openai import EmbeddingRequest, EmbeddingResponse, ErrorResponse
 from gateway.routes import include
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.lean_route import LeanRoute
-from gateway.services.embeddings import EmbeddingResult, EmbeddingService
-from gateway.usage.hooks import record_usage
-from gateway.usage.record import Usage
+from gateway.services.embeddings import EmbeddingResult
 
 router = APIRouter(route_class=LeanRoute)
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 413, 429, 502, 503, 504)}
 
 
-def embeddings(request: Request) -> EmbeddingService:
-    service: EmbeddingService = request.app.state.embeddings
+def embeddings(request: Request) -> BilledEmbeddings:
+    service: BilledEmbeddings = request.app.state.embeddings
     return service
 
 
@@ -33,12 +32,10 @@ async def create_embeddings(body: EmbeddingRequest, request: Request) -> Respons
     result = await embeddings(request).embed(
         texts, model=body.model, truncate=body.truncate, use_cache=use_cache, input_type=body.input_type
     )
-    usage = Usage(embedding_texts=len(texts), embedding_tokens=result.prompt_tokens)
     headers = {
         "X-Cache": result.cache,
         "X-Cached-Texts": str(result.cached_texts),
         "X-Truncated-Texts": str(result.truncated_texts),
-        **record_usage(request, result.model, usage),
     }
     return Response(response_body(result, body.encoding_format), media_type="application/json", headers=headers)
 

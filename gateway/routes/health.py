@@ -25,14 +25,14 @@ async def readyz(request: Request) -> JSONResponse:
     unready: with Triton or a shared Redis down, failing readiness would take every replica, and so chat,
     video and cached embeddings, out of service for the sake of one feature. Without Triton, uncached
     embeddings answer 503 (`triton unavailable`); gRPC health reports the Embeddings service NOT_SERVING."""
-    service = embeddings(request)
+    service = embeddings(request).service
     triton = await service.ready()
     cache = await service.cache_ready()
     await request.app.state.grpc.set_serving(triton, embeddings_only=True)
     checks = {"triton": "ok" if triton else "degraded"}
     if cache is not None:
         checks["cache"] = "ok" if cache else "degraded"
-    checks["tasks"] = "ok" if await video(request).ready() else "unavailable"
+    checks["tasks"] = "ok" if await video(request).service.ready() else "unavailable"
     redis = request.app.state.redis  # its last known state: readiness never waits on Redis
     if redis is not None:
         checks["redis"] = "ok" if redis.known_up() else "degraded"

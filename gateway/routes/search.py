@@ -35,11 +35,8 @@ from gateway.routes import include
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.nesting import NestingLimitedRoute
 from gateway.routes.task_events import EVENTS_RESPONSE, task_events
-from gateway.search.documents import Collection, Document
-from gateway.services.search import NewDocument, SearchResult, SearchService
+from gateway.services.search import Collection, Document, NewDocument, SearchResult, SearchService, Task
 from gateway.services.search_reindex import public_progress
-from gateway.tasks.model import Task
-from gateway.usage.hooks import record_usage
 
 
 def search_service(request: Request) -> SearchService:
@@ -87,12 +84,9 @@ async def delete_collection(request: Request, name: str = NAME) -> CollectionDel
 
 
 @router.post("/v1/collections/{name}/documents", response_model=UpsertResponse, responses=ERRORS)
-async def upsert_documents(
-    body: UpsertRequest, request: Request, response: Response, name: str = NAME
-) -> UpsertResponse:
+async def upsert_documents(body: UpsertRequest, request: Request, name: str = NAME) -> UpsertResponse:
     documents = [NewDocument(d.id, d.text, dict(d.metadata)) for d in body.documents]
     result = await search_service(request).upsert(name, documents, use_cache=cache_allowed(request))
-    response.headers.update(record_usage(request, result.model, result.usage))
     truncated = set(result.truncated)
     return UpsertResponse(
         data=[UpsertedDocument(id=i, truncated=i in truncated) for i in result.ids],
@@ -127,8 +121,7 @@ async def search(body: SearchRequest, request: Request, name: str = NAME) -> Res
         min_score=body.min_score,
         use_cache=cache_allowed(request),
     )
-    headers = record_usage(request, result.model, result.usage)
-    return Response(search_response_json(body.query, result), media_type="application/json", headers=headers)
+    return Response(search_response_json(body.query, result), media_type="application/json")
 
 
 def search_response_json(query: str, result: SearchResult) -> bytes:

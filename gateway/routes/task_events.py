@@ -11,7 +11,7 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 
 from gateway import sse
-from gateway.tasks.model import Task
+from gateway.services.video import Task
 
 EVENTS_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {"content": {sse.MEDIA_TYPE: {}}, "description": "One event per change, then [DONE]."}

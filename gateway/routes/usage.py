@@ -7,15 +7,20 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from gateway.keys.middleware import request_key
 from gateway.protocol.openai import ErrorResponse
 from gateway.routes import include
-from gateway.usage.hooks import usage_recorder
+from gateway.routes.key_middleware import request_key
+from gateway.usage.recorder import UsageRecorder
 from gateway.usage.report import parse_group_by, parse_range, report, to_csv
 
 router = APIRouter()
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 429, 503)}
+
+
+def usage_recorder(request: Request) -> UsageRecorder:
+    recorder: UsageRecorder = request.app.state.usage
+    return recorder
 
 
 @router.get(

@@ -6,24 +6,21 @@ from fastapi import APIRouter, FastAPI, Header, Request, Response
 from fastapi.responses import StreamingResponse
 
 from gateway.auth import caller_identity
-from gateway.keys.middleware import gatekeeper, request_key
+from gateway.billing import BilledVideo
 from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
 from gateway.routes import include
 from gateway.routes.nesting import NestingLimitedRoute
 from gateway.routes.task_events import EVENTS_RESPONSE, task_events
-from gateway.services.video import VideoService, public_task
-from gateway.tasks.model import Task
-from gateway.usage.hooks import record_usage_durably
-from gateway.usage.record import video_usage
+from gateway.services.video import Task, public_task
 
 router = APIRouter(route_class=NestingLimitedRoute)
 
 ERRORS = {code: {"model": ErrorResponse} for code in (400, 401, 403, 404, 409, 413, 429, 503)}
 
 
-def video(request: Request) -> VideoService:
-    service: VideoService = request.app.state.video
+def video(request: Request) -> BilledVideo:
+    service: BilledVideo = request.app.state.video
     return service
 
 
@@ -36,15 +33,10 @@ async def create_image_generation(
     ),
 ) -> Response:
     caller = caller_identity(request.headers.get("authorization"))
-    await gatekeeper(request).count_video(request_key(request))
     task, created = await video(request).submit(body, idempotency_key=idempotency_key, caller=caller)
     headers = {"Location": f"/v1/tasks/{task.id}"}
     if not created:
         headers["Idempotent-Replayed"] = "true"
-    # Once per task (its id is the record's), however often the submit is replayed.
-    usage = video_usage(body.model_extra)
-    model = request.app.state.video_model
-    headers.update(await record_usage_durably(request, model, usage, request_id=f"video:{task.id}"))
     return task_response(task, status_code=202, headers=headers)
 
 

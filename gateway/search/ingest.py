@@ -33,7 +33,11 @@ PLAIN_EVERY_S = 10.0
 
 
 class IngestError(Exception):
-    """The gateway refused a batch (or the file is malformed): the run stops."""
+    """The gateway refused a batch other than for overload or unavailability, did not take it after every
+    retry, or a line of the file is not JSON: the run stops, naming the lines.
+
+    Do: fix those lines (or the gateway) and run again: the progress file skips the batches already taken.
+    """
 
 
 @dataclass(frozen=True)

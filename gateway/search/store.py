@@ -17,12 +17,22 @@ from gateway.search.filters import Filter
 
 
 class SearchStoreUnavailableError(UpstreamUnavailableError):
-    """The vector store does not answer: search is down, the rest of the gateway is not."""
+    """The vector store (Milvus, or the embedded store) failed a call: search is down, the rest of the gateway
+    is not; the logged detail names the failure.
+
+    Do: client: retry later; operator: Milvus reachable at `SEARCH_MILVUS_URI` (token, egress), or `SEARCH_PATH`
+    mounted, writable and not full (`gateway_search_store_errors_total` by operation).
+    """
 
     code = "search_store_unavailable"
 
 
 class CollectionNotFoundError(NotFoundError):
+    """The search collection the request names does not exist (never created, or deleted).
+
+    Do: check the name (`GET /v1/collections` lists them), or create it with `POST /v1/collections`.
+    """
+
     code = "collection_not_found"
 
     def __init__(self, name: str) -> None:
@@ -30,6 +40,11 @@ class CollectionNotFoundError(NotFoundError):
 
 
 class CollectionExistsError(ConflictError):
+    """`POST /v1/collections` names a collection that exists already.
+
+    Do: use the existing collection, or choose another name (or delete the old one first).
+    """
+
     code = "collection_exists"
 
     def __init__(self, name: str) -> None:

@@ -26,7 +26,7 @@ from gateway.quota.base import QuotaLimiter, Slot
 from gateway.services.shared_stream import SharedStreams
 from gateway.services.single_flight import SingleFlight
 from gateway.upstreams.breaker import BreakerBoard
-from gateway.upstreams.llm import LLMClient
+from gateway.upstreams.chat import ChatClient
 
 ChatCacheOutcome = Literal["hit", "miss", "semantic"]
 DEFAULT_ANSWER_BUDGET = 512  # tokens reserved for an answer without max_tokens
@@ -44,7 +44,7 @@ class CacheResult:
 class ChatService:
     def __init__(
         self,
-        llm: LLMClient,
+        upstream: ChatClient,
         cache: ExactChatCache | None,
         semantic: SemanticIndex | None,
         quota: QuotaLimiter,
@@ -54,7 +54,7 @@ class ChatService:
         max_prompt_chars: int,
         timeout_seconds: float,
     ) -> None:
-        self._llm = llm
+        self._upstream = upstream
         self._cache = cache
         self._semantic = semantic if cache is not None else None  # it points at answers in the exact cache
         self._quota = quota
@@ -102,7 +102,7 @@ class ChatService:
 
     async def upstream_models(self) -> list[dict[str, Any]]:
         """The models the upstream lists (OpenAI's model entries); raises its UpstreamError (e.g. no key)."""
-        return await self._llm.models()
+        return await self._upstream.models()
 
     def _validate(self, body: dict[str, Any]) -> None:
         require_unicode(body)
@@ -127,8 +127,8 @@ class ChatService:
         if answer is None:
             return None
         layer = "exact" if result.outcome == "hit" else "semantic"
-        metrics.LLM_SAVED_CALLS.labels(layer=layer).inc()
-        metrics.LLM_SAVED_TOKENS.labels(layer=layer).inc(answer.usage.get("total_tokens", 0))
+        metrics.CHAT_SAVED_CALLS.labels(layer=layer).inc()
+        metrics.CHAT_SAVED_TOKENS.labels(layer=layer).inc(answer.usage.get("total_tokens", 0))
         return answer, result
 
     async def _store(self, body: dict[str, Any], key: str, model: str, answer: ChatAnswer) -> None:
@@ -171,10 +171,10 @@ class ChatService:
                 upstream_body = {**body, "model": model}
                 if stream:  # always with its usage: the key's record and limits need it; clients may not get it
                     upstream_body["stream_options"] = {**body.get("stream_options", {}), "include_usage": True}
-                    opened = self._llm.stream(upstream_body, before_retry=slot.pace)
+                    opened = self._upstream.stream(upstream_body, before_retry=slot.pace)
                     result: Any = await attempt.enter_async_context(opened)
                 else:
-                    result = await self._llm.complete(upstream_body, before_retry=slot.pace)
+                    result = await self._upstream.complete(upstream_body, before_retry=slot.pace)
             except UpstreamError as exc:
                 _nothing_billed(slot, exc)
                 await attempt.aclose()
@@ -239,10 +239,10 @@ def account_usage(model: str, usage: dict[str, Any], slot: Slot) -> None:
     prompt, completion = prompt or 0, completion or 0
     details = usage.get("completion_tokens_details")
     reasoning = _token_count(details, "reasoning_tokens") if isinstance(details, dict) else None
-    metrics.LLM_TOKENS.labels(model=model, kind="prompt").inc(prompt)
-    metrics.LLM_TOKENS.labels(model=model, kind="completion").inc(completion)
+    metrics.CHAT_TOKENS.labels(model=model, kind="prompt").inc(prompt)
+    metrics.CHAT_TOKENS.labels(model=model, kind="completion").inc(completion)
     if reasoning:
-        metrics.LLM_TOKENS.labels(model=model, kind="reasoning").inc(reasoning)
+        metrics.CHAT_TOKENS.labels(model=model, kind="reasoning").inc(reasoning)
     # OpenAI counts reasoning inside completion_tokens; an upstream that reports it beside them (a larger
     # reasoning count, or a larger total) is charged the larger figure, so thinking never escapes the budget.
     billed = prompt + max(completion, reasoning or 0)

@@ -42,6 +42,13 @@ from gateway.tasks.model import Task
 from gateway.upstreams.triton import ModelInfo
 from gateway.usage.record import Usage
 
+# Collection, Document and Task are what the transports are handed: they import them from here, not from the stores.
+__all__ = [
+    "MAX_COLLECTION_METADATA_BYTES", "MAX_DOCUMENTS_PER_CALL", "MAX_QUERY_INSTRUCTION_CHARS", "MAX_TOP_K",
+    "READY_TIMEOUT_SECONDS", "Collection", "Document", "DocumentNotFoundError", "NewDocument", "SearchDisabledError",
+    "SearchResult", "SearchService", "Task", "UpsertResult", "check_revision", "check_writable",
+]  # fmt: skip
+
 MAX_DOCUMENTS_PER_CALL = 1000
 MAX_TOP_K = 100
 MAX_COLLECTION_METADATA_BYTES = 16 * 1024
@@ -81,7 +88,12 @@ class SearchResult:
 
 
 class SearchDisabledError(UpstreamUnavailableError):
-    """Search is turned off on this gateway: a setting, not an outage (gRPC UNAVAILABLE, as every 503)."""
+    """A search route or gRPC `Search` call on a gateway with `SEARCH_ENABLED=false` (the Helm chart's default):
+    a setting, not an outage.
+
+    Do: operator: set `SEARCH_ENABLED=true` (Helm: `search.enabled`) with `SEARCH_MILVUS_URI`, or one replica
+    with a persistent `SEARCH_PATH`.
+    """
 
     code = "search_disabled"
 
@@ -284,6 +296,11 @@ class SearchService:
 
 
 class DocumentNotFoundError(NotFoundError):
+    """The collection has no document with the id the request names.
+
+    Do: check the id; a document is read by the id it was upserted with.
+    """
+
     code = "document_not_found"
 
     def __init__(self, collection: str, document_id: str) -> None:

@@ -13,7 +13,11 @@ ABANDON_AFTER_SECONDS = 0.5  # with no follower this long, the producer is cance
 
 
 class StreamAbandonedError(UpstreamUnavailableError):
-    """The shared stream was cancelled (every client had left) before this follower began to read it."""
+    """A chat request joined an identical stream in flight, which was cancelled (every client had left) before
+    this follower began to read it.
+
+    Do: retry: the request starts a call of its own.
+    """
 
     code = "stream_abandoned"
 

@@ -79,7 +79,10 @@ class SingleFlight(Generic[K, T]):
 
 
 class CallAbandonedError(Exception):
-    """The caller making the call went away (cancelled) before it ended: those following it make it again."""
+    """The caller making the call went away (cancelled) before it ended; never answered to a client.
+
+    Do: nothing: each caller that followed it makes the call again.
+    """
 
 
 class CallerLedFlight(Generic[K, T]):

@@ -1,4 +1,4 @@
-"""Video generation (Pika text-to-video) as asynchronous tasks: accept, read, watch, cancel, and take the
+"""Video generation (text-to-video through fal) as asynchronous tasks: accept, read, watch, cancel, and take the
 upstream's webhook. The public route keeps the OpenAI images shape (`/v1/images/generations`).
 
 Accepting a request only writes the task to the store and queues it (`VideoSubmitter` submits it),
@@ -26,10 +26,13 @@ from gateway.services.video_submitter import VideoSubmitter
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.tasks.watch import watch
-from gateway.upstreams.fal import KEY_ENV, VideoNotConfiguredError, pika_arguments, result_urls
+from gateway.upstreams.fal import KEY_ENV, VideoNotConfiguredError, result_urls, text_to_video_arguments
 from gateway.upstreams.webhooks import WebhookRefusals, WebhookSignatureError, WebhookUrls
 
 log = logging.getLogger(__name__)
+
+
+__all__ = ["Task", "VideoService", "WebhookVerifier", "public_task"]  # Task: what the transports are handed
 
 
 class WebhookVerifier(Protocol):
@@ -65,7 +68,7 @@ class VideoService:
         """Store a pending task and queue it; `(task, False)` when the idempotency key names an earlier one."""
         started = time.perf_counter()
         if not self._configured:
-            raise VideoNotConfiguredError(f"image generation is not configured: set {KEY_ENV}")
+            raise VideoNotConfiguredError(f"video generation is not configured: set {KEY_ENV}")
         arguments = self._arguments(request)
         request_hash = _digest(json.dumps(request.model_dump(exclude_none=True), sort_keys=True))
         now = self._ledger.clock()
@@ -205,7 +208,7 @@ class VideoService:
                     raise InvalidRequestError(message, param="size")
         if (width is None) != (height is None):
             raise InvalidRequestError("width and height go together", param="width" if width is None else "height")
-        return pika_arguments(
+        return text_to_video_arguments(
             request.prompt,
             negative_prompt=request.negative_prompt,
             width=width,

@@ -79,7 +79,7 @@ class LostJobFinder:
                     return record.request_id
         except GatewayError as exc:  # the history, or the store for the claim
             metrics.VIDEO_LOST_JOB_LOOKUPS.labels(result="unavailable").inc()
-            log.warning("image task's lost job not looked up: %s", exc.message, extra={"task_id": task.id})
+            log.warning("video task's lost job not looked up: %s", exc.message, extra={"task_id": task.id})
             return None
         metrics.VIDEO_LOST_JOB_LOOKUPS.labels(result="not_found").inc()
         return None

@@ -87,7 +87,7 @@ class VideoPoller:
 
     async def _polled_transient_error(self, task: Task, exc: GatewayError) -> None:
         metrics.VIDEO_POLLS.labels(result="error").inc()
-        log.warning("image task poll failed: %s", exc.message, extra={"task_id": task.id})
+        log.warning("video task poll failed: %s", exc.message, extra={"task_id": task.id})
         await self._ledger.change(task.id, self._poll_later, known=task)
 
     def _poll_later(self, task: Task) -> Task | None:

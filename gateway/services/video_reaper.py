@@ -81,7 +81,7 @@ class VideoReaper:
         self._last_purge = now
         purged = await self._ledger.purge_expired()
         if purged:
-            log.info("expired image tasks purged", extra={"count": purged})
+            log.info("expired video tasks purged", extra={"count": purged})
 
     async def _stop_if_untracked(self, task_id: str, submission: FalSubmission) -> None:
         with suppress(GatewayError):

@@ -89,7 +89,7 @@ class VideoTaskRunner:
         """Stop scanning, let submits at the upstream record their outcome (`VideoSubmitter.aclose`), stop the
         background steps, and give the stops of untracked jobs their time (`VideoReaper.aclose`)."""
         if self._scanner is not None:
-            await cancel_and_wait(self._scanner, name="image task scanner")
+            await cancel_and_wait(self._scanner, name="video task scanner")
         await self.submitter.aclose(drain_seconds)
         await self._steps.aclose()
         await self.reaper.aclose(drain_seconds)
@@ -118,10 +118,10 @@ class VideoTaskRunner:
                 await self.scan_once()
                 failing = False
             except TaskStoreError as exc:
-                log.log(logging.DEBUG if failing else logging.WARNING, "image task scan failed: %s", exc.message)
+                log.log(logging.DEBUG if failing else logging.WARNING, "video task scan failed: %s", exc.message)
                 failing = True
             except Exception:
-                log.exception("image task scan failed")
+                log.exception("video task scan failed")
             # Jittered: replicas with equal intervals lock into one phase, and the one whose scan comes first
             # after a poll's due time would then make every poll (and each next one falls due in its phase).
             await asyncio.sleep(self._scan_interval * _jitter.uniform(0.8, 1.2))

@@ -60,9 +60,9 @@ class TaskSteps:
         try:
             await work
         except GatewayError as exc:
-            log.warning("image task step failed: %s", exc.message, extra={"task_id": task_id})
+            log.warning("video task step failed: %s", exc.message, extra={"task_id": task_id})
         except Exception:
-            log.exception("image task step failed", extra={"task_id": task_id})
+            log.exception("video task step failed", extra={"task_id": task_id})
         finally:
             self._busy.discard(task_id)
 

@@ -180,11 +180,11 @@ class VideoSubmitter:
                 try:
                     if not await self._ledger.acquire_lease(lease):
                         log.warning(
-                            "image task submit lease lost during the upstream call", extra={"lease": lease.name}
+                            "video task submit lease lost during the upstream call", extra={"lease": lease.name}
                         )
                         return
                 except TaskStoreError as exc:
-                    log.warning("image task submit lease not renewed: %s", exc.message, extra={"lease": lease.name})
+                    log.warning("video task submit lease not renewed: %s", exc.message, extra={"lease": lease.name})
 
         renewal = asyncio.create_task(renew())
         try:
@@ -211,7 +211,7 @@ class VideoSubmitter:
                     submission = await self._upstream.submit(task.arguments, callback)
         except VideoTimeoutError as exc:  # it may have reached the upstream: the job may exist
             metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="unknown").inc()
-            log.warning("image task submit timed out, outcome unknown: %s", exc.message, extra={"task_id": task.id})
+            log.warning("video task submit timed out, outcome unknown: %s", exc.message, extra={"task_id": task.id})
             stored, _ = await self._ledger.change(task.id, self._retry_later, known=task)
             return stored
         except (InvalidRequestError, NotFoundError) as exc:
@@ -223,7 +223,7 @@ class VideoSubmitter:
             return stored
         except GatewayError as exc:  # unavailable, timeout, quota, 5xx: try again later, until the deadline
             metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="retry").inc()
-            log.warning("image task submit failed, will retry: %s", exc.message, extra={"task_id": task.id})
+            log.warning("video task submit failed, will retry: %s", exc.message, extra={"task_id": task.id})
             stored, _ = await self._ledger.change(task.id, self._known_failure, known=task)
             return stored
         metrics.VIDEO_UPSTREAM_SUBMITS.labels(result="accepted").inc()
@@ -273,7 +273,7 @@ class VideoSubmitter:
 
         stored, changed = await self._ledger.change(task.id, adopted, known=task)
         if changed:
-            log.info("image task adopted its lost job from the upstream's history", extra={"task_id": task.id})
+            log.info("video task adopted its lost job from the upstream's history", extra={"task_id": task.id})
         return stored
 
     def _start_attempt(self, task: Task) -> Task | None:

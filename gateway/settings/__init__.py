@@ -14,19 +14,21 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.settings.accounts import AuthSettings, LimitSettings, ModelPrice, UsageSettings
+from gateway.settings.renamed import RenamedPrefix, deprecated_variables
 from gateway.settings.serving import ObservabilitySettings, ServerSettings, TritonSettings
 from gateway.settings.stores import CacheSettings, RedisSettings, SearchSettings, TaskStoreSettings
-from gateway.settings.upstreams import HunyuanQuotaSettings, HunyuanSettings, SemanticCacheSettings, VideoSettings
+from gateway.settings.upstreams import ChatQuotaSettings, ChatSettings, SemanticCacheSettings, VideoSettings
 
 __all__ = [
     "AuthSettings",
     "CacheSettings",
-    "HunyuanQuotaSettings",
-    "HunyuanSettings",
+    "ChatQuotaSettings",
+    "ChatSettings",
     "LimitSettings",
     "ModelPrice",
     "ObservabilitySettings",
     "RedisSettings",
+    "RenamedPrefix",
     "SearchSettings",
     "SemanticCacheSettings",
     "ServerSettings",
@@ -36,7 +38,9 @@ __all__ = [
     "UsageSettings",
     "VideoSettings",
     "all_environment_variables",
+    "deprecated_variables",
     "environment_variables",
+    "renamed_variables",
     "settings_groups",
 ]
 
@@ -53,7 +57,7 @@ class Settings(BaseSettings):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     redis: RedisSettings = Field(default_factory=RedisSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
-    hunyuan: HunyuanSettings = Field(default_factory=HunyuanSettings)
+    chat: ChatSettings = Field(default_factory=ChatSettings)
     semantic: SemanticCacheSettings = Field(default_factory=SemanticCacheSettings)
     video: VideoSettings = Field(default_factory=VideoSettings)
     tasks: TaskStoreSettings = Field(default_factory=TaskStoreSettings)
@@ -62,7 +66,7 @@ class Settings(BaseSettings):
 
 
 def settings_groups(root: type[BaseSettings] = Settings) -> Iterator[type[BaseSettings]]:
-    """Every settings class `root` is made of, depth first (a group may hold groups, e.g. the Hunyuan quota)."""
+    """Every settings class `root` is made of, depth first (a group may hold groups, e.g. the chat quota)."""
     for field in root.model_fields.values():
         group = field.annotation
         if isinstance(group, type) and issubclass(group, BaseSettings):
@@ -87,3 +91,12 @@ def environment_variables(group: type[BaseSettings]) -> dict[str, FieldInfo]:
 def all_environment_variables() -> set[str]:
     """Every variable the gateway reads."""
     return {name for group in settings_groups() for name in environment_variables(group)}
+
+
+def renamed_variables() -> dict[str, str]:
+    """Every deprecated variable name the gateway still reads, with the name that replaced it."""
+    renamed: dict[str, str] = {}
+    for group in settings_groups():
+        if issubclass(group, RenamedPrefix):
+            renamed |= group.renamed_variables(list(environment_variables(group)))
+    return renamed

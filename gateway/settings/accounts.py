@@ -109,6 +109,6 @@ class LimitSettings(BaseSettings):
     )
     max_task_watchers: int = Field(
         1024,
-        description="Image task event streams open at once (REST and gRPC), apart from GATEWAY_MAX_IN_FLIGHT: a "
+        description="Video task event streams open at once (REST and gRPC), apart from GATEWAY_MAX_IN_FLIGHT: a "
         "watcher waits minutes at almost no cost. Above it, 429 + Retry-After; each holds a connection.",
     )

@@ -39,13 +39,13 @@ class ServerSettings(BaseSettings):
     grpc_max_connection_age_grace_seconds: float = Field(
         300.0,
         description="Calls in flight on an aged gRPC connection get this long to finish (a chat stream may "
-        "last HUNYUAN_TOTAL_TIMEOUT_SECONDS) before it is closed.",
+        "last CHAT_TOTAL_TIMEOUT_SECONDS) before it is closed.",
     )
     log_level: str = Field("INFO", description="Log level of the JSON logs.")
     public_url: str | None = Field(
         None,
         description="Base URL at which the upstreams reach this gateway (e.g. https://ai.example.com), used for "
-        "webhook callbacks. Unset: no webhooks are requested and image tasks are polled from the start.",
+        "webhook callbacks. Unset: no webhooks are requested and video tasks are polled from the start.",
     )
 
 

@@ -1,20 +1,24 @@
-"""The upstreams the gateway calls: the chat API (TokenHub) with its quota and semantic cache, and the video API
-(fal)."""
+"""The upstreams the gateway calls: the chat API (TokenHub by default) with its quota and semantic cache, and the
+video API (fal). `CHAT_*` and `VIDEO_*` were `HUNYUAN_*` and `PIKA_*` before 0.2: the old names are still read
+(`renamed.RenamedPrefix`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.settings.renamed import RenamedPrefix
 
-class HunyuanQuotaSettings(BaseSettings):
+
+class ChatQuotaSettings(RenamedPrefix, BaseSettings):
     """The chat account's quota, enforced across all replicas when REDIS_URL is set. TokenHub sets its limits per
     model and inference service and shows them on the model's page in its console; it publishes no account-wide
     figure, so the defaults are a conservative start (the retired Hunyuan platform's 20 QPS / 5 concurrent)."""
 
-    model_config = SettingsConfigDict(env_prefix="HUNYUAN_", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="CHAT_", frozen=True)
+    deprecated_prefix: ClassVar[str] = "HUNYUAN_"
 
     requests_per_second: float = Field(
         20.0,
@@ -44,10 +48,12 @@ class HunyuanQuotaSettings(BaseSettings):
     )
 
 
-class HunyuanSettings(BaseSettings):
-    """Tencent HY (Hunyuan) chat through Tencent TokenHub's OpenAI-compatible API, and the account's quota."""
+class ChatSettings(RenamedPrefix, BaseSettings):
+    """Chat through an OpenAI-compatible API (by default Tencent HY models on Tencent TokenHub), and the account's
+    quota."""
 
-    model_config = SettingsConfigDict(env_prefix="HUNYUAN_", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="CHAT_", frozen=True)
+    deprecated_prefix: ClassVar[str] = "HUNYUAN_"
 
     base_url: str = Field(
         "https://tokenhub.tencentmaas.com/v1",
@@ -87,7 +93,7 @@ class HunyuanSettings(BaseSettings):
     models: str = Field(
         "hy3-preview",
         description="Comma-separated chat models that GET /v1/models lists (with the models named in "
-        "HUNYUAN_FALLBACK_MODELS) when the upstream cannot be asked: no key, an error, or an empty list.",
+        "CHAT_FALLBACK_MODELS) when the upstream cannot be asked: no key, an error, or an empty list.",
     )
     breaker_failures: int = Field(
         5, description="Consecutive failures that open a model's (or a host's) circuit breaker."
@@ -95,7 +101,7 @@ class HunyuanSettings(BaseSettings):
     breaker_reset_seconds: float = Field(
         30.0, description="How long an open breaker answers 503 (a host's: is skipped) before one probe call."
     )
-    quota: HunyuanQuotaSettings = Field(default_factory=HunyuanQuotaSettings)
+    quota: ChatQuotaSettings = Field(default_factory=ChatQuotaSettings)
 
     def fallbacks(self) -> dict[str, list[str]]:
         chains: dict[str, list[str]] = {}
@@ -105,12 +111,12 @@ class HunyuanSettings(BaseSettings):
         return chains
 
     def base_urls(self) -> list[str]:
-        """HUNYUAN_BASE_URL, then HUNYUAN_BACKUP_BASE_URLS, each once, in order of preference."""
+        """CHAT_BASE_URL, then CHAT_BACKUP_BASE_URLS, each once, in order of preference."""
         backups = (url.strip() for url in self.backup_base_urls.split(","))
         return list(dict.fromkeys(url.rstrip("/") for url in (self.base_url.strip(), *backups) if url))
 
     def configured_models(self) -> list[str]:
-        """HUNYUAN_MODELS, then every model HUNYUAN_FALLBACK_MODELS names, each once, in order."""
+        """CHAT_MODELS, then every model CHAT_FALLBACK_MODELS names, each once, in order."""
         named = [m.strip() for m in self.models.split(",")]
         for model, fallbacks in self.fallbacks().items():
             named += [model, *fallbacks]
@@ -135,10 +141,12 @@ class SemanticCacheSettings(BaseSettings):
     max_entries_per_context: int = Field(200, description="Questions remembered per model, parameters and history.")
 
 
-class VideoSettings(BaseSettings):
-    """Pika video generation through fal.ai's queue API, run as asynchronous tasks."""
+class VideoSettings(RenamedPrefix, BaseSettings):
+    """Video generation through fal.ai's queue API (any fal model; Pika 2.2 by default), run as asynchronous
+    tasks."""
 
-    model_config = SettingsConfigDict(env_prefix="PIKA_", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="VIDEO_", frozen=True)
+    deprecated_prefix: ClassVar[str] = "PIKA_"
 
     base_url: str = Field("https://queue.fal.run", description="fal queue base URL.")
     api_key: SecretStr | None = Field(
@@ -163,10 +171,10 @@ class VideoSettings(BaseSettings):
         ge=0,
         description="How long a task whose submit call was cut off (the gateway died during it, or it timed out) "
         "waits for its job to show itself, by its webhook (GATEWAY_PUBLIC_URL) or in fal's request history "
-        "(PIKA_PLATFORM_URL), before it is submitted again; the job is then adopted. fal lists a job only once "
+        "(VIDEO_PLATFORM_URL), before it is submitted again; the job is then adopted. fal lists a job only once "
         "it has ended, so without webhooks this should cover most jobs' run (about the p95 of "
-        "gateway_image_task_duration_seconds); a job that ends later is paid twice, and a submit that never "
-        "reached fal waits this long once. The default leaves half of PIKA_TASK_TIMEOUT_SECONDS for the new "
+        "gateway_video_task_duration_seconds); a job that ends later is paid twice, and a submit that never "
+        "reached fal waits this long once. The default leaves half of VIDEO_TASK_TIMEOUT_SECONDS for the new "
         "attempt. A job whose webhook comes later is cancelled. With neither webhooks nor a history nothing can "
         "reveal such a job, and the task is submitted again once its lease lapses.",
     )

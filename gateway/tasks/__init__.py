@@ -1,1 +1,1 @@
-"""Image generation tasks: the record (`model`), the store interface (`base`) and its SQLite and Redis stores."""
+"""Video generation tasks: the record (`model`), the store interface (`base`) and its SQLite and Redis stores."""

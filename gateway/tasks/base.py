@@ -20,8 +20,15 @@ PURGE_EVERY_SECONDS = 60.0  # how often a replica deletes the tasks past their r
 
 
 class TaskStoreError(UpstreamUnavailableError):
-    """The store could not be reached or answered nonsense; the task operation fails with 503 (the
-    driver's exception in `detail`, for the log)."""
+    """The task store (Redis or SQLite) could not be reached or answered a malformed record, or a task met too
+    many conflicting writes in a row: video and re-index task operations answer 503, embeddings and chat go
+    on.
+
+    Do: client: retry later; operator: the log line's detail names the failure (Redis: reachable, `maxmemory`;
+    SQLite: the volume mounted, writable, not full, used by one process).
+
+    The driver's exception goes in `detail`, for the log only.
+    """
 
     code = "task_store_unavailable"
 

@@ -51,7 +51,11 @@ def can_move(current: TaskState, new: TaskState) -> bool:
 
 
 class IllegalTransitionError(ValueError):
-    """A change that would move a task backwards or out of a terminal state."""
+    """A change that would move a task backwards or out of a terminal state: a bug in the caller, which no
+    client input can cause.
+
+    Do: report it with the traceback; the task stays as it was.
+    """
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The fal.ai queue protocol (through which Pika is served) over one pooled `aiohttp.ClientSession`.
+"""The fal.ai queue protocol (the video upstream: any fal app, Pika 2.2 by default) over one pooled
+`aiohttp.ClientSession`.
 
     submit  POST {base}/{model_path}?fal_webhook=<url>   -> request_id, status_url, response_url, cancel_url
     status  GET  status_url                               -> IN_QUEUE (queue_position) | IN_PROGRESS | COMPLETED
@@ -37,25 +38,45 @@ from gateway.upstreams.pool import PooledSession
 
 FalState = Literal["IN_QUEUE", "IN_PROGRESS", "COMPLETED"]
 _STATES: frozenset[str] = frozenset({"IN_QUEUE", "IN_PROGRESS", "COMPLETED"})
-KEY_ENV = "PIKA_API_KEY"
+KEY_ENV = "VIDEO_API_KEY"
 
 
 class VideoUpstreamError(UpstreamError):
-    """The video upstream failed in a way the client cannot fix."""
+    """fal failed a video call in a way the gateway cannot fix: it refused the gateway's credentials, answered
+    an unexpected error status, or an unreadable answer. Never answered to a client: a submit is tried again
+    until the task's deadline, and a job whose result is an error ends its task `failed`.
+
+    Do: client: read the task's `error.code`; operator: check `VIDEO_API_KEY`; the log quotes fal's answer.
+    """
 
 
 class VideoUnavailableError(UpstreamUnavailableError):
-    pass
+    """fal could not be reached, or answered 502, 503 or 504. Never answered to a client: the submit or poll is
+    tried again with back-off until the task's deadline (then the task fails with `timeout`).
+
+    Do: nothing for clients; operator: egress to `VIDEO_BASE_URL`,
+    `gateway_video_upstream_submits_total{result="retry"}`.
+    """
 
 
 class VideoTimeoutError(UpstreamTimeoutError):
-    pass
+    """A call to fal, or to its request history, did not answer in time. Never answered to a client: after a
+    submit the job may exist, so its task waits `VIDEO_UNKNOWN_SUBMIT_WAIT_SECONDS` for the job to show before
+    submitting again; a poll is tried again.
+
+    Do: nothing for clients; operator: fal's latency and egress to it.
+    """
 
 
-ERRORS = UpstreamErrors("image upstream", KEY_ENV, VideoUpstreamError, VideoUnavailableError)
+ERRORS = UpstreamErrors("video upstream", KEY_ENV, VideoUpstreamError, VideoUnavailableError)
 
 
 class VideoNotConfiguredError(UpstreamUnavailableError):
+    """A video route was called on a gateway started without `VIDEO_API_KEY`.
+
+    Do: operator: set `VIDEO_API_KEY` (Helm: the gateway's Secret) and restart the gateway.
+    """
+
     code = "not_configured"
 
 
@@ -130,7 +151,7 @@ class FalQueueClient:
         fields = ("request_id", "status_url", "response_url", "cancel_url")
         missing = [name for name in fields if not isinstance(payload.get(name), str) or not payload.get(name)]
         if missing:
-            raise VideoUpstreamError(f"image upstream submit answer lacks {', '.join(missing)}")
+            raise VideoUpstreamError(f"video upstream submit answer lacks {', '.join(missing)}")
         return FalSubmission(*(str(payload[name]) for name in fields))
 
     async def status(self, submission_or_status_url: FalSubmission | str) -> FalStatus:
@@ -142,7 +163,7 @@ class FalQueueClient:
         payload = json_object(await self._send("GET", url), "status")
         state = payload.get("status")
         if state not in _STATES:
-            raise VideoUpstreamError(f"image upstream status {state!r} is not one of {', '.join(sorted(_STATES))}")
+            raise VideoUpstreamError(f"video upstream status {state!r} is not one of {', '.join(sorted(_STATES))}")
         position = payload.get("queue_position")
         queue_position = position if isinstance(position, int) and not isinstance(position, bool) else None
         return FalStatus(state=state, queue_position=queue_position)
@@ -197,9 +218,9 @@ async def fal_call(
         async with pool.get().request(method, url, json=json_body, params=params, headers=headers) as answer:
             reply = FalReply(answer.status, answer.reason or "", answer.headers, await answer.read())
     except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
-        raise VideoTimeoutError("image upstream did not answer in time") from exc
+        raise VideoTimeoutError("video upstream did not answer in time") from exc
     except aiohttp.ClientError as exc:
-        raise VideoUnavailableError(f"image upstream unreachable: {type(exc).__name__}") from exc
+        raise VideoUnavailableError(f"video upstream unreachable: {type(exc).__name__}") from exc
     if reply.status < 400 or reply.status in accept:
         return reply
     raise _error_of(reply, api_key)
@@ -209,9 +230,9 @@ def json_object(reply: FalReply, what: str) -> dict[str, Any]:
     try:
         payload = json.loads(reply.body)
     except ValueError as exc:
-        raise VideoUpstreamError(f"image upstream answered an unreadable {what}: {type(exc).__name__}") from exc
+        raise VideoUpstreamError(f"video upstream answered an unreadable {what}: {type(exc).__name__}") from exc
     if not isinstance(payload, dict):
-        raise VideoUpstreamError(f"image upstream {what} answer is a {type(payload).__name__}, expected an object")
+        raise VideoUpstreamError(f"video upstream {what} answer is a {type(payload).__name__}, expected an object")
     return payload
 
 
@@ -227,8 +248,8 @@ def _error_of(reply: FalReply, api_key: SecretStr | None) -> GatewayError:
     return ERRORS.of_status(reply.status, message, reply.headers.get("retry-after"))
 
 
-# Pika v2.2 on fal takes an aspect ratio and a resolution rather than pixel sizes.
-PIKA_ASPECT_RATIOS = {
+# fal's text-to-video apps (Pika 2.2 among them) take an aspect ratio and a resolution rather than pixel sizes.
+ASPECT_RATIOS = {
     "16:9": 16 / 9,
     "9:16": 9 / 16,
     "1:1": 1.0,
@@ -239,7 +260,7 @@ PIKA_ASPECT_RATIOS = {
 }
 
 
-def pika_arguments(
+def text_to_video_arguments(
     prompt: str, *, negative_prompt: str | None, width: int | None, height: int | None, options: dict[str, Any]
 ) -> dict[str, Any]:
     """The fal request body for a generation: the nearest aspect ratio and resolution for a pixel size;
@@ -249,7 +270,7 @@ def pika_arguments(
         arguments["negative_prompt"] = negative_prompt
     if width is not None and height is not None:
         ratio = width / height
-        arguments["aspect_ratio"] = min(PIKA_ASPECT_RATIOS, key=lambda name: abs(PIKA_ASPECT_RATIOS[name] - ratio))
+        arguments["aspect_ratio"] = min(ASPECT_RATIOS, key=lambda name: abs(ASPECT_RATIOS[name] - ratio))
         arguments["resolution"] = "1080p" if min(width, height) >= 1080 else "720p"
     return {**arguments, **options}
 

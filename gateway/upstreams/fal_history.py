@@ -82,7 +82,7 @@ class FalRequestHistory:
             async with asyncio.timeout(self._timeout):
                 return await self._pages(start)
         except TimeoutError as exc:
-            raise VideoTimeoutError("image upstream history did not answer in time") from exc
+            raise VideoTimeoutError("video upstream history did not answer in time") from exc
 
     async def _pages(self, start: float) -> list[FalRequestRecord]:
         params = {
@@ -97,13 +97,13 @@ class FalRequestHistory:
             page = json_object(await fal_call(self._pool, self._api_key, "GET", self._url, params=params), "history")
             items = page.get("items")
             if not isinstance(items, list):
-                raise VideoUpstreamError("image upstream history answer lacks items")
+                raise VideoUpstreamError("video upstream history answer lacks items")
             records.extend(record for item in items if (record := _record(item)) is not None)
             cursor = page.get("next_cursor")
             if not page.get("has_more") or not isinstance(cursor, str) or not cursor:
                 return records
             params["cursor"] = cursor
-        raise VideoUpstreamError(f"image upstream history has more than {self._max_pages * PAGE_SIZE} requests")
+        raise VideoUpstreamError(f"video upstream history has more than {self._max_pages * PAGE_SIZE} requests")
 
 
 def _record(item: Any) -> FalRequestRecord | None:

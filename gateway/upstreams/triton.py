@@ -55,20 +55,37 @@ TritonCall = Callable[[grpcaio.InferenceServerClient, float], Awaitable[Any]]  #
 
 
 class TritonUpstreamError(UpstreamError):
-    """Triton answered with an error we did not expect."""
+    """Triton answered an embedding call with an error the gateway does not expect (not unavailable, a
+    timeout, or invalid input).
+
+    Do: client: retry later; operator: Triton's log for the message (`gateway_triton_errors_total`).
+    """
 
 
 class TritonUnavailableError(UpstreamUnavailableError):
+    """No Triton answers an embedding call: down, restarting, or without the model loaded (a call is tried
+    once more on another Triton first). Texts in the embedding cache are still served.
+
+    Do: client: retry later; operator: Triton's log and `/v2/models/bge/ready`; `gateway_triton_up`.
+    """
+
     def __init__(self, message: str = "triton unavailable", **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
 
 
 class TritonTimeoutError(UpstreamTimeoutError):
-    pass
+    """A Triton call took longer than `TRITON_TIMEOUT_SECONDS`.
+
+    Do: client: retry, with fewer texts; operator: Triton's queue time: a saturated Triton needs scaling.
+    """
 
 
 class TritonInvalidInputError(InvalidRequestError):
-    pass
+    """Triton refused an embedding call's inputs (its `INVALID_ARGUMENT`); the message is Triton's.
+
+    Do: client: change the input as the message says; operator: if well-formed input is refused, the exported
+    model and the gateway disagree (Triton's log).
+    """
 
 
 @dataclass(frozen=True)

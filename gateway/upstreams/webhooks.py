@@ -47,13 +47,23 @@ log = logging.getLogger(__name__)
 
 
 class WebhookSignatureError(AuthenticationError):
-    """The webhook call is not signed by fal, is stale, or lacks its signature headers."""
+    """A call to the video webhook (`/v1/callbacks/...`) lacks its task's URL token, lacks fal's signature
+    headers, is stale, or is signed by none of fal's published keys.
+
+    Do: nothing for fal's own calls; operator: many of them mean forged calls, a wrong `GATEWAY_PUBLIC_URL`,
+    or a rotated `VIDEO_API_KEY` (`gateway_video_callbacks_total`, results `bad_token` and `rejected`).
+    """
 
     code = "invalid_signature"
 
 
 class WebhookKeysUnavailableError(UpstreamUnavailableError):
-    """fal's signing keys could not be fetched, so no webhook can be verified."""
+    """fal's signing keys (the JWKS at `VIDEO_WEBHOOK_JWKS_URL`) could not be fetched and none are cached, so
+    the webhook call cannot be verified.
+
+    Do: nothing for clients: fal retries its webhook, and polling finishes the task anyway; operator: egress
+    to the JWKS host.
+    """
 
     code = "webhook_keys_unavailable"
 

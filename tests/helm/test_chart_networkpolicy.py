@@ -235,13 +235,13 @@ def test_milvus_uses_external_to() -> None:
 def test_upstream_ports_come_from_their_urls() -> None:
     found = policies(
         "--set",
-        "gateway.config.HUNYUAN_BASE_URL=http://hunyuan-mock.test.svc:8080/v1",
+        "gateway.config.CHAT_BASE_URL=http://hunyuan-mock.test.svc:8080/v1",
         "--set",
-        r"gateway.config.HUNYUAN_BACKUP_BASE_URLS=https://backup.example.com:8443/v1\, http://plain.example.com/v1",
+        r"gateway.config.CHAT_BACKUP_BASE_URLS=https://backup.example.com:8443/v1\, http://plain.example.com/v1",
         "--set",
-        "gateway.config.PIKA_PLATFORM_URL=",
+        "gateway.config.VIDEO_PLATFORM_URL=",
         "--set",
-        "gateway.extraConfig.PIKA_WEBHOOK_JWKS_URL=https://jwks.example.com:9443/jwks.json",
+        "gateway.extraConfig.VIDEO_WEBHOOK_JWKS_URL=https://jwks.example.com:9443/jwks.json",
     )
     (upstreams,) = [r for r in found["gateway"]["egress"] if r.get("to") == ANYWHERE]
     assert ports(upstreams) == {(p, "TCP") for p in (80, 443, 8080, 8443, 9443)}

@@ -193,7 +193,7 @@ def test_gateway_grpc_connections_age_and_http_keep_alive_outlives_the_proxy() -
 def test_termination_grace_lets_a_chat_stream_finish() -> None:
     deployment = one("default", "Deployment", "gateway")
     data = one("default", "ConfigMap", "gateway")["data"]
-    assert float(data["GATEWAY_SHUTDOWN_GRACE_SECONDS"]) >= float(data["HUNYUAN_TOTAL_TIMEOUT_SECONDS"])
+    assert float(data["GATEWAY_SHUTDOWN_GRACE_SECONDS"]) >= float(data["CHAT_TOTAL_TIMEOUT_SECONDS"])
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > float(data["GATEWAY_SHUTDOWN_GRACE_SECONDS"])
     message = refused("--set", "gateway.terminationGracePeriodSeconds=60")
@@ -365,14 +365,21 @@ def test_gateway_config_schema_is_generated_from_the_settings() -> None:
     settings classes (`python -m gateway.settings_schema`), and a setting added or removed since fails here."""
     import json
 
-    from gateway.settings import all_environment_variables
+    from gateway.settings import all_environment_variables, renamed_variables
     from gateway.settings_schema import SCHEMA, rendered
 
     text = SCHEMA.read_text()
     assert text == rendered(text), "run `python -m gateway.settings_schema`"
     config = json.loads(text)["definitions"]["gatewayConfig"]
-    assert config["additionalProperties"] is False and set(config["properties"]) == all_environment_variables()
-    typed = {name for name, schema in config["properties"].items() if schema}
+    properties, renamed = config["properties"], renamed_variables()
+    assert config["additionalProperties"] is False and set(properties) == all_environment_variables() | set(renamed)
+    for old, new in renamed.items():  # a values file of 0.1 still installs, its settings typed as before
+        assert properties[old] == {
+            **properties[new],
+            "deprecated": True,
+            "description": f"Renamed {new}; read until 0.3.",
+        }
+    typed = {name for name in all_environment_variables() if properties[name]}
     passed = all_environment_variables() - CHART_MANAGED
     assert typed == {n for n in passed if not SECRET_LIKE.search(n) or n in NAMED_LIKE_SECRETS}
 

@@ -270,7 +270,7 @@ def test_images_can_be_pinned_by_digest() -> None:
                          "--set", f"redis.image.digest={DIGEST}")  # fmt: skip
     images = [container(by_name(manifests, kind, name), name)["image"] for kind, name in
               (("Deployment", "gateway"), ("Deployment", "triton"), ("StatefulSet", "redis"))]  # fmt: skip
-    assert images == [f"ghcr.io/example/ai-gateway:0.1.0@{DIGEST}", f"ghcr.io/example/ai-triton:0.1.0@{DIGEST}",
+    assert images == [f"ghcr.io/example/ai-gateway:0.2.0@{DIGEST}", f"ghcr.io/example/ai-triton:0.2.0@{DIGEST}",
                       f"redis:7.4.2-alpine@{DIGEST}"]  # fmt: skip
     assert "gateway.image.digest" in refused("--set", "gateway.image.digest=latest")
 
@@ -326,3 +326,19 @@ def test_common_annotations_reach_every_resource_beside_their_own() -> None:
 )  # fmt: skip
 def test_the_schema_refuses_root_and_privileged_containers(unsafe: str) -> None:
     assert unsafe.split("=")[0] in refused("--set", unsafe)
+
+
+def test_a_values_file_of_0_3_keeps_its_renamed_settings(tmp_path: Path) -> None:
+    """`HUNYUAN_*` and `PIKA_*` became `CHAT_*` and `VIDEO_*`: set under the old name, a value still takes effect
+    (carried under the new name, over the chart's default there), reaches the network policy, and NOTES says so."""
+    old = ("--set", "gateway.config.HUNYUAN_BASE_URL=http://chat.test:8080/v1",
+           "--set", "gateway.extraConfig.PIKA_TASK_TIMEOUT_SECONDS=300")  # fmt: skip
+    manifests = rendered(*old, "--set", "networkPolicy.enabled=true")
+    config = by_name(manifests, "ConfigMap", "gateway")["data"]
+    assert config["CHAT_BASE_URL"] == "http://chat.test:8080/v1" and config["VIDEO_TASK_TIMEOUT_SECONDS"] == "300"
+    assert not [name for name in config if name.startswith(("HUNYUAN_", "PIKA_"))]
+    assert config["CHAT_MODELS"] == "hy3-preview", "the other defaults stay"
+    policy = by_name(manifests, "NetworkPolicy", "gateway")["spec"]
+    assert any(port["port"] == 8080 for rule in policy["egress"] for port in rule.get("ports", []))
+    assert "Deprecated: gateway config HUNYUAN_BASE_URL is now CHAT_BASE_URL" in notes(tmp_path, *old)
+    assert "HUNYUAN_BASE_UR" in refused("--set", "gateway.config.HUNYUAN_BASE_UR=http://chat.test/v1")

@@ -24,10 +24,10 @@ from tests.helpers.checkout import ROOT
 from tests.helpers.pika_fixtures import RunningPikaSimulator
 
 KEY = "fal-key-secret"
-NO_TRITON = "127.0.0.1:9"  # image tasks do not need Triton
+NO_TRITON = "127.0.0.1:9"  # video tasks do not need Triton
 FINAL = ("completed", "failed", "cancelled")
 # Settings a developer's shell may hold; the gateways get only what each test gives them.
-ENV_PREFIXES = ("GATEWAY_", "PIKA_", "TASKS_", "TRITON_", "HUNYUAN_", "CHAT_", "EMBEDDING_", "REDIS_", "OTEL_")
+ENV_PREFIXES = ("GATEWAY_", "VIDEO_", "TASKS_", "TRITON_", "CHAT_", "CHAT_", "EMBEDDING_", "REDIS_", "OTEL_")
 
 
 class GatewayProcess:
@@ -158,10 +158,10 @@ def gateways(tmp_path: Path) -> Iterator[Gateways]:
 def pika_variables(simulator: RunningPikaSimulator, **overrides: str) -> dict[str, str]:
     simulator.config.api_key = KEY
     return {
-        "PIKA_API_KEY": KEY,
-        "PIKA_BASE_URL": simulator.base_url,
-        "PIKA_WEBHOOK_JWKS_URL": simulator.jwks_url,
-        "PIKA_PLATFORM_URL": simulator.base_url,  # fal's request history, served beside the queue
+        "VIDEO_API_KEY": KEY,
+        "VIDEO_BASE_URL": simulator.base_url,
+        "VIDEO_WEBHOOK_JWKS_URL": simulator.jwks_url,
+        "VIDEO_PLATFORM_URL": simulator.base_url,  # fal's request history, served beside the queue
         **overrides,
     }
 

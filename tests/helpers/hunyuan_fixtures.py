@@ -2,7 +2,7 @@
 
 `hunyuan_simulator` starts one with the default `SimulatorConfig` (no delays, no quota, any key accepted);
 a test changes `.config` to make it slow, strict or faulty, points a client at `.base_url` (ending in
-`/v1`, like `HUNYUAN_BASE_URL`) and reads `.stats` afterwards.
+`/v1`, like `CHAT_BASE_URL`) and reads `.stats` afterwards.
 """
 
 from __future__ import annotations

@@ -56,7 +56,10 @@ def gateway_settings(triton_url: str, **concerns: Any) -> Settings:
     usage databases and a search folder of its own."""
     data = scratch_dir("gateway-tasks-")
     defaults: dict[str, Any] = {
-        "server": ServerSettings(host="127.0.0.1", http_port=free_port(), grpc_port=free_port()),
+        # A test's stop must end well within ThreadedServer.stop's 30 s: in-flight calls get 5 s, not production's 20.
+        "server": ServerSettings(
+            host="127.0.0.1", http_port=free_port(), grpc_port=free_port(), shutdown_grace_seconds=5
+        ),
         "triton": TritonSettings(url=triton_url),
         "cache": CacheSettings(embedding_cache_mb=0),
         "tasks": TaskStoreSettings(sqlite_path=str(data / "tasks.sqlite3")),

@@ -64,7 +64,7 @@ def values(settings: BaseSettings) -> dict[str, object]:
 def test_the_demo_points_every_upstream_url_at_a_local_simulator(monkeypatch: pytest.MonkeyPatch) -> None:
     environment = demo_environment()
     real_hosts = url_settings()
-    assert {"PIKA_BASE_URL", "PIKA_WEBHOOK_JWKS_URL", "PIKA_PLATFORM_URL", "HUNYUAN_BASE_URL"} <= set(real_hosts)
+    assert {"VIDEO_BASE_URL", "VIDEO_WEBHOOK_JWKS_URL", "VIDEO_PLATFORM_URL", "CHAT_BASE_URL"} <= set(real_hosts)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
 
@@ -73,9 +73,9 @@ def test_the_demo_points_every_upstream_url_at_a_local_simulator(monkeypatch: py
     left_real = {name: url for name, url in built.items() if urlsplit(url).hostname not in LOOPBACK}
     assert left_real == {}, f"make demo leaves these at their real hosts: {left_real}"
 
-    pika = urlsplit(built["PIKA_BASE_URL"])
+    pika = urlsplit(built["VIDEO_BASE_URL"])
     fal = {name: url for name, url in built.items() if "fal." in str(urlsplit(real_hosts[name]).hostname)}
-    assert set(fal) == {"PIKA_BASE_URL", "PIKA_WEBHOOK_JWKS_URL", "PIKA_PLATFORM_URL"}
-    assert pika.port == int(makefile_defaults(MAKEFILE.read_text())["PIKA_SIMULATOR_PORT"])
+    assert set(fal) == {"VIDEO_BASE_URL", "VIDEO_WEBHOOK_JWKS_URL", "VIDEO_PLATFORM_URL"}
+    assert pika.port == int(makefile_defaults(MAKEFILE.read_text())["VIDEO_SIMULATOR_PORT"])
     for name, url in fal.items():
         assert (urlsplit(url).hostname, urlsplit(url).port) == (pika.hostname, pika.port), name

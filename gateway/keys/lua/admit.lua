@@ -1,5 +1,5 @@
 -- KEYS: one per check. ARGV: per check four values: kind, a, b, c (after prelude.lua: now_us, rate_*, bucket_*).
---   rate    a = interval_us                       GCRA, burst of one (the account quota's arithmetic)
+--   rate    a = interval_us, b = burst        GCRA: b requests back to back from idle, then one per interval
 --   tokens  a = capacity per minute, b = reserve  token bucket; the reservation is settled later (release.lua)
 --   slots   a = maximum, b = lease id, c = lease_us   leases in a sorted set scored by expiry
 --   count   a = limit, b = amount, c = ttl_ms     a counter that must stay <= limit (videos per day)
@@ -12,7 +12,7 @@ for i = 1, checks do
   local kind, a, b, c = ARGV[i * 4 - 3], ARGV[i * 4 - 2], ARGV[i * 4 - 1], ARGV[i * 4]
   local wait = 0
   if kind == 'rate' then
-    wait = rate_wait(KEYS[i], now)
+    wait = rate_wait(KEYS[i], now, (math.max(tonumber(b), 1) - 1) * tonumber(a))
   elseif kind == 'tokens' then
     local capacity = tonumber(a)
     levels[i] = bucket_level(KEYS[i], capacity, now)

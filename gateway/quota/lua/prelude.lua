@@ -6,11 +6,15 @@ local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local function rate_wait(key, now)  -- GCRA: microseconds until the next admission (<= 0: now)
-  return tonumber(redis.call('GET', key) or '0') - now
+-- GCRA: the key holds the theoretical arrival time (TAT). A request is admitted while TAT - now <= tolerance, the
+-- (burst - 1) intervals the TAT may run ahead of now; the account quota passes none (a burst of one: upstream
+-- providers count arrivals), the key limits (burst - 1) x interval (a burst of N requests per minute).
+local function rate_wait(key, now, tolerance)  -- microseconds until the next admission (<= 0: now)
+  return tonumber(redis.call('GET', key) or '0') - now - (tolerance or 0)
 end
-local function rate_take(key, now, interval)
-  redis.call('SET', key, string.format('%d', now + interval), 'PX', math.ceil(interval / 1000) + 1000)
+local function rate_take(key, now, interval)  -- after rate_wait admitted: the TAT moves on by one interval
+  local tat = math.max(tonumber(redis.call('GET', key) or '0'), now) + interval
+  redis.call('SET', key, string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000) + 1000)
 end
 local function bucket_level(key, capacity, now)
   local state = redis.call('HMGET', key, 'level', 'at')

@@ -208,10 +208,31 @@ behavior:
         periodSeconds: {{ $b.scaleDown.periodSeconds }}
 {{- end }}
 
-{{/* One gateway setting as the ConfigMap carries it: gateway.extraConfig over gateway.config. Call with (dict "ctx" $ "name" "TASKS_SQLITE_PATH"). */}}
+{{/* The name a gateway setting had before 0.2 (CHAT_* was HUNYUAN_*, VIDEO_* was PIKA_*), else "". Call with the name. */}}
+{{- define "ai-stack.gateway.oldName" -}}
+{{- if hasPrefix "CHAT_" . }}{{ printf "HUNYUAN_%s" (trimPrefix "CHAT_" .) }}{{ else if hasPrefix "VIDEO_" . }}{{ printf "PIKA_%s" (trimPrefix "VIDEO_" .) }}{{ end }}
+{{- end }}
+
+{{/* A setting's name from 0.2 on: HUNYUAN_* -> CHAT_*, PIKA_* -> VIDEO_*, any other name as it is. Call with the name. */}}
+{{- define "ai-stack.gateway.newName" -}}
+{{- if hasPrefix "HUNYUAN_" . }}{{ printf "CHAT_%s" (trimPrefix "HUNYUAN_" .) }}{{ else if hasPrefix "PIKA_" . }}{{ printf "VIDEO_%s" (trimPrefix "PIKA_" .) }}{{ else }}{{ . }}{{ end }}
+{{- end }}
+
+{{/* Whether the values still set `name` under its name from before 0.2: that value wins over the chart's default
+under the new name (the ConfigMap carries it under the new name). Call with (dict "ctx" $ "name" "CHAT_BASE_URL"). */}}
+{{- define "ai-stack.gateway.setUnderOldName" -}}
+{{- $gw := .ctx.Values.gateway }}
+{{- $old := include "ai-stack.gateway.oldName" .name }}
+{{- if and $old (or (hasKey $gw.extraConfig $old) (hasKey $gw.config $old)) }}true{{ end }}
+{{- end }}
+
+{{/* One gateway setting as the ConfigMap carries it: gateway.extraConfig over gateway.config, its name from before
+0.4 over both. Call with (dict "ctx" $ "name" "TASKS_SQLITE_PATH"). */}}
 {{- define "ai-stack.gateway.setting" -}}
 {{- $gw := .ctx.Values.gateway }}
-{{- if hasKey $gw.extraConfig .name }}{{ index $gw.extraConfig .name }}{{ else }}{{ index $gw.config .name | default "" }}{{ end }}
+{{- $name := .name }}
+{{- if include "ai-stack.gateway.setUnderOldName" . }}{{ $name = include "ai-stack.gateway.oldName" .name }}{{ end }}
+{{- if hasKey $gw.extraConfig $name }}{{ index $gw.extraConfig $name }}{{ else }}{{ index $gw.config $name | default "" }}{{ end }}
 {{- end }}
 
 {{/* GATEWAY_PUBLIC_URL: the value, else https://<first ingress host> when the ingress is on, else empty (polling). */}}
@@ -237,7 +258,7 @@ behavior:
 {{- if or .Values.redis.enabled (include "ai-stack.redis.urlSecretName" .) }}true{{ end }}
 {{- end }}
 
-{{/* "true" when image tasks live in the SQLite file TASKS_SQLITE_PATH (no Redis), else empty. */}}
+{{/* "true" when video tasks live in the SQLite file TASKS_SQLITE_PATH (no Redis), else empty. */}}
 {{- define "ai-stack.gateway.tasksOnDisk" -}}
 {{- if not (include "ai-stack.redis.used" .) }}true{{ end }}
 {{- end }}

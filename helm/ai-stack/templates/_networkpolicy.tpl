@@ -24,10 +24,10 @@ alike; a URL in an existing Secret cannot be read, hence networkPolicy.externalR
 {{- end }}
 {{- end }}
 
-{{/* Ports of the gateway's HTTP upstreams (Hunyuan and its backups, fal), as a JSON list. */}}
+{{/* Ports of the gateway's HTTP upstreams (the chat upstream and its backups, fal), as a JSON list. */}}
 {{- define "ai-stack.networkPolicy.upstreamPorts" -}}
 {{- $urls := list }}
-{{- range $name := list "HUNYUAN_BASE_URL" "HUNYUAN_BACKUP_BASE_URLS" "PIKA_BASE_URL" "PIKA_PLATFORM_URL" "PIKA_WEBHOOK_JWKS_URL" }}
+{{- range $name := list "CHAT_BASE_URL" "CHAT_BACKUP_BASE_URLS" "VIDEO_BASE_URL" "VIDEO_PLATFORM_URL" "VIDEO_WEBHOOK_JWKS_URL" }}
 {{- $urls = concat $urls (splitList "," (include "ai-stack.gateway.setting" (dict "ctx" $ "name" $name))) }}
 {{- end }}
 {{- /* Zero-padded so that sortAlpha orders them as numbers. */}}

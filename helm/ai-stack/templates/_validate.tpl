@@ -16,7 +16,7 @@ Deployment (a failure there fails the whole render). */}}
 {{- fail "gateway autoscaling uses the pods metric http_requests_in_flight, which exists only if Prometheus scrapes the gateway (without it the HPA never scales down): set serviceMonitor.enabled=true, or serviceMonitor.scrapedOtherwise=true if your Prometheus scrapes the pods another way, or metricsAdapter.mode=none to scale on CPU alone" }}
 {{- end }}
 {{- if and (ne $mode "off") (not (include "ai-stack.redis.used" .)) (not $as.allowWithoutRedis) }}
-{{- fail "gateway autoscaling without Redis gives each replica its own image tasks, caches and upstream quota: set redis.enabled=true or redis.external.url, or gateway.autoscaling.allowWithoutRedis=true to accept that, or gateway.autoscaling.enabled=false" }}
+{{- fail "gateway autoscaling without Redis gives each replica its own video tasks, caches and upstream quota: set redis.enabled=true or redis.external.url, or gateway.autoscaling.allowWithoutRedis=true to accept that, or gateway.autoscaling.enabled=false" }}
 {{- end }}
 {{- if and $t.autoscaling.enabled (not (include "ai-stack.metrics.podsMetric" .)) }}
 {{- fail "triton.autoscaling scales on the pods metric triton_queue_duration_us_per_request, which needs Prometheus to scrape Triton and prometheus-adapter to serve it: install them (see the chart's README, Monitoring) with serviceMonitor.enabled=auto, or set serviceMonitor.enabled=true where the cluster cannot be asked (helm template), or triton.autoscaling.enabled=false" }}

@@ -1,6 +1,6 @@
 """One suite for both cache stores (in-process memory and a real Redis), then Redis failure handling.
 
-Every scenario runs in its own event loop (`asyncio.run`) and closes its store,
+Every test runs in its own event loop (anyio's pytest plugin) and closes its store,
 so no client socket outlives a test.
 """
 
@@ -10,9 +10,8 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import closing
-from typing import TypeVar
+from collections.abc import Callable, Iterator
+from contextlib import aclosing, closing
 
 import numpy as np
 import pytest
@@ -30,7 +29,6 @@ from tests.helpers.redis_fixtures import RedisServer
 
 pytestmark = pytest.mark.slow
 
-T = TypeVar("T")
 StoreFactory = Callable[[], ByteStore]
 
 MODEL = "BAAI/bge-large-zh-v1.5"
@@ -52,17 +50,6 @@ def make_store(request: pytest.FixtureRequest) -> StoreFactory:
         return lambda: MemoryStore(1 << 20)
     url: str = request.getfixturevalue("redis_url")
     return lambda: RedisStore(url)
-
-
-def run_with(make_store: StoreFactory, scenario: Callable[[ByteStore], Awaitable[T]]) -> T:
-    async def main() -> T:
-        store = make_store()
-        try:
-            return await scenario(store)
-        finally:
-            await store.aclose()
-
-    return asyncio.run(main())
 
 
 def vector_entry(seed: int, dimension: int = 32) -> CachedEmbedding:
@@ -89,8 +76,8 @@ def same(a: CachedEmbedding | None, b: CachedEmbedding) -> bool:
 # Both stores
 
 
-def test_round_trip_missing_keys_and_order(make_store: StoreFactory) -> None:
-    async def scenario(store: ByteStore) -> None:
+async def test_round_trip_missing_keys_and_order(make_store: StoreFactory) -> None:
+    async with aclosing(make_store()) as store:
         await store.set_many({"a": b"1", "b": b"\x00\xff\r\n", "empty": b""})
         assert await store.get_many(["b", "missing", "a", "empty", "b"]) == [
             b"\x00\xff\r\n",
@@ -103,36 +90,30 @@ def test_round_trip_missing_keys_and_order(make_store: StoreFactory) -> None:
         await store.set_many({})
         assert await store.ping() is True
 
-    run_with(make_store, scenario)
 
-
-def test_many_items_in_one_call(make_store: StoreFactory) -> None:
+async def test_many_items_in_one_call(make_store: StoreFactory) -> None:
     items = {f"key-{i}": i.to_bytes(4, "little") * 256 for i in range(500)}
 
-    async def scenario(store: ByteStore) -> None:
+    async with aclosing(make_store()) as store:
         await store.set_many(items, ttl_seconds=60)
         keys = list(reversed(items))
         assert await store.get_many(keys) == [items[key] for key in keys]
 
-    run_with(make_store, scenario)
 
-
-def test_ttl_expiry(make_store: StoreFactory) -> None:
-    async def scenario(store: ByteStore) -> None:
+async def test_ttl_expiry(make_store: StoreFactory) -> None:
+    async with aclosing(make_store()) as store:
         await store.set_many({"short": b"1"}, ttl_seconds=1)
         await store.set_many({"kept": b"2"})
         assert await store.get_many(["short", "kept"]) == [b"1", b"2"]
         await asyncio.sleep(1.2)
         assert await store.get_many(["short", "kept"]) == [None, b"2"]
 
-    run_with(make_store, scenario)
 
-
-def test_embedding_cache_counts_hits_and_misses(make_store: StoreFactory) -> None:
+async def test_embedding_cache_counts_hits_and_misses(make_store: StoreFactory) -> None:
     texts = ["hello", "你好", "world"]
     entries = [vector_entry(seed) for seed in range(3)]
 
-    async def scenario(store: ByteStore) -> None:
+    async with aclosing(make_store()) as store:
         cache = EmbeddingCache(store, ttl_seconds=60, name=CACHE)
         hits, misses = lookups("hit"), lookups("miss")
         assert await cache.get_many(MODEL, REVISION, texts) == [None, None, None]
@@ -146,105 +127,93 @@ def test_embedding_cache_counts_hits_and_misses(make_store: StoreFactory) -> Non
         assert await cache.get_many(MODEL, REVISION, []) == []
         assert await cache.ping() is True
 
-    run_with(make_store, scenario)
 
-
-def test_changed_revision_or_model_misses(make_store: StoreFactory) -> None:
-    async def scenario(store: ByteStore) -> None:
+async def test_changed_revision_or_model_misses(make_store: StoreFactory) -> None:
+    async with aclosing(make_store()) as store:
         cache = EmbeddingCache(store, ttl_seconds=None, name=CACHE)
         await cache.put_many(MODEL, REVISION, ["text"], [vector_entry(1)])
         assert await cache.get_many(MODEL, "r2", ["text"]) == [None]
         assert await cache.get_many("other-model", REVISION, ["text"]) == [None]
         assert same((await cache.get_many(MODEL, REVISION, ["text"]))[0], vector_entry(1))
 
-    run_with(make_store, scenario)
 
-
-def test_malformed_value_is_a_miss_and_an_error(make_store: StoreFactory, caplog: pytest.LogCaptureFixture) -> None:
-    async def scenario(store: ByteStore) -> None:
-        cache = EmbeddingCache(store, ttl_seconds=60, name=CACHE)
-        await store.set_many({embedding_key(MODEL, REVISION, "bad"): b"not a vector"})
-        misses, get_errors = lookups("miss"), errors("get")
-        assert await cache.get_many(MODEL, REVISION, ["bad"]) == [None]
-        assert (lookups("miss") - misses, errors("get") - get_errors) == (1, 1)
-
+async def test_malformed_value_is_a_miss_and_an_error(
+    make_store: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     with caplog.at_level(logging.WARNING, logger="gateway.cache.embeddings"):
-        run_with(make_store, scenario)
+        async with aclosing(make_store()) as store:
+            cache = EmbeddingCache(store, ttl_seconds=60, name=CACHE)
+            await store.set_many({embedding_key(MODEL, REVISION, "bad"): b"not a vector"})
+            misses, get_errors = lookups("miss"), errors("get")
+            assert await cache.get_many(MODEL, REVISION, ["bad"]) == [None]
+            assert (lookups("miss") - misses, errors("get") - get_errors) == (1, 1)
     assert "malformed cached value" in caplog.text
 
 
-def test_put_many_rejects_mismatched_lengths(make_store: StoreFactory) -> None:
-    async def scenario(store: ByteStore) -> None:
+async def test_put_many_rejects_mismatched_lengths(make_store: StoreFactory) -> None:
+    async with aclosing(make_store()) as store:
         cache = EmbeddingCache(store, ttl_seconds=60, name=CACHE)
         with pytest.raises(ValueError, match="2 texts but 1 entries"):
             await cache.put_many(MODEL, REVISION, ["a", "b"], [vector_entry(0)])
-
-    run_with(make_store, scenario)
 
 
 # Redis failures
 
 
-def test_redis_outage_degrades_to_misses_and_recovers(redis_server: RedisServer, redis_url: str) -> None:
-    async def scenario() -> None:
-        cache = EmbeddingCache(RedisStore(redis_url, backoff_seconds=1.0), ttl_seconds=60, name=CACHE)
-        try:
-            await cache.put_many(MODEL, REVISION, ["before"], [vector_entry(0)])
-            assert same((await cache.get_many(MODEL, REVISION, ["before"]))[0], vector_entry(0))
+async def test_redis_outage_degrades_to_misses_and_recovers(redis_server: RedisServer, redis_url: str) -> None:
+    cache = EmbeddingCache(RedisStore(redis_url, backoff_seconds=1.0), ttl_seconds=60, name=CACHE)
+    try:
+        await cache.put_many(MODEL, REVISION, ["before"], [vector_entry(0)])
+        assert same((await cache.get_many(MODEL, REVISION, ["before"]))[0], vector_entry(0))
 
-            redis_server.stop()
-            get_errors, set_errors = errors("get"), errors("set")
-            assert await cache.get_many(MODEL, REVISION, ["before", "other"]) == [None, None]
-            await cache.put_many(MODEL, REVISION, ["during"], [vector_entry(1)])
-            assert await cache.ping() is False
-            assert (errors("get") - get_errors, errors("set") - set_errors) == (1, 1)
+        redis_server.stop()
+        get_errors, set_errors = errors("get"), errors("set")
+        assert await cache.get_many(MODEL, REVISION, ["before", "other"]) == [None, None]
+        await cache.put_many(MODEL, REVISION, ["during"], [vector_entry(1)])
+        assert await cache.ping() is False
+        assert (errors("get") - get_errors, errors("set") - set_errors) == (1, 1)
 
-            started = time.perf_counter()
-            assert await cache.get_many(MODEL, REVISION, ["before"]) == [None]
-            await cache.put_many(MODEL, REVISION, ["during"], [vector_entry(1)])
-            assert time.perf_counter() - started < 0.05
+        started = time.perf_counter()
+        assert await cache.get_many(MODEL, REVISION, ["before"]) == [None]
+        await cache.put_many(MODEL, REVISION, ["during"], [vector_entry(1)])
+        assert time.perf_counter() - started < 0.05
 
-            redis_server.start()
-            await asyncio.sleep(1.1)
-            await cache.put_many(MODEL, REVISION, ["after"], [vector_entry(2)])
-            found = await cache.get_many(MODEL, REVISION, ["after", "before"])
-            assert same(found[0], vector_entry(2))
-            assert found[1] is None  # the restarted Redis keeps nothing (no persistence)
-            assert await cache.ping() is True
-        finally:
-            await cache.aclose()
-
-    asyncio.run(scenario())
+        redis_server.start()
+        await asyncio.sleep(1.1)
+        await cache.put_many(MODEL, REVISION, ["after"], [vector_entry(2)])
+        found = await cache.get_many(MODEL, REVISION, ["after", "before"])
+        assert same(found[0], vector_entry(2))
+        assert found[1] is None  # the restarted Redis keeps nothing (no persistence)
+        assert await cache.ping() is True
+    finally:
+        await cache.aclose()
 
 
-def test_back_off_touches_no_network(redis_server: RedisServer, redis_url: str) -> None:
+async def test_back_off_touches_no_network(redis_server: RedisServer, redis_url: str) -> None:
     """During the back-off calls fail even though Redis is back; once it is over, the call that finds it over is
     still skipped but starts a probe in the background, and after the probe calls reach Redis again."""
     clock = ManualClock()
 
-    async def scenario() -> None:
-        store = RedisStore(redis_url, backoff_seconds=1.0, clock=clock)
-        try:
-            redis_server.stop()
-            with pytest.raises(CacheStoreError, match="redis get failed: ConnectionError"):
-                await store.get_many(["k"])
-            redis_server.start()
-            clock.now += 0.9
-            with pytest.raises(CacheStoreError, match=r"redis set skipped: backing off after a failure, 0.10 s left"):
-                await store.set_many({"k": b"v"})
-            clock.now += 0.1
-            with pytest.raises(CacheStoreError, match="redis set skipped"):
-                await store.set_many({"k": b"v"})  # never waits on a Redis that may still hang
-            deadline = time.monotonic() + 5
-            while not await store.ping():  # until the background probe's PING has answered
-                assert time.monotonic() < deadline, "the probe did not close the circuit"
-                await asyncio.sleep(0.01)
+    store = RedisStore(redis_url, backoff_seconds=1.0, clock=clock)
+    try:
+        redis_server.stop()
+        with pytest.raises(CacheStoreError, match="redis get failed: ConnectionError"):
+            await store.get_many(["k"])
+        redis_server.start()
+        clock.now += 0.9
+        with pytest.raises(CacheStoreError, match=r"redis set skipped: backing off after a failure, 0.10 s left"):
             await store.set_many({"k": b"v"})
-            assert await store.get_many(["k"]) == [b"v"]
-        finally:
-            await store.aclose()
-
-    asyncio.run(scenario())
+        clock.now += 0.1
+        with pytest.raises(CacheStoreError, match="redis set skipped"):
+            await store.set_many({"k": b"v"})  # never waits on a Redis that may still hang
+        deadline = time.monotonic() + 5
+        while not await store.ping():  # until the background probe's PING has answered
+            assert time.monotonic() < deadline, "the probe did not close the circuit"
+            await asyncio.sleep(0.01)
+        await store.set_many({"k": b"v"})
+        assert await store.get_many(["k"]) == [b"v"]
+    finally:
+        await store.aclose()
 
 
 @pytest.fixture
@@ -256,24 +225,22 @@ def silent_server() -> Iterator[int]:
         yield int(listener.getsockname()[1])
 
 
-def test_hung_redis_costs_one_timeout_not_retries(silent_server: int) -> None:
-    async def scenario() -> float:
-        store = RedisStore(f"redis://127.0.0.1:{silent_server}/0", timeout_seconds=0.1)
-        try:
-            started = time.perf_counter()
-            with pytest.raises(CacheStoreError, match="redis get failed: TimeoutError"):
-                await store.get_many(["k"])
-            return time.perf_counter() - started
-        finally:
-            await store.aclose()
-
-    assert asyncio.run(scenario()) < 0.5
+async def test_hung_redis_costs_one_timeout_not_retries(silent_server: int) -> None:
+    store = RedisStore(f"redis://127.0.0.1:{silent_server}/0", timeout_seconds=0.1)
+    try:
+        started = time.perf_counter()
+        with pytest.raises(CacheStoreError, match="redis get failed: TimeoutError"):
+            await store.get_many(["k"])
+        elapsed = time.perf_counter() - started
+    finally:
+        await store.aclose()
+    assert elapsed < 0.5
 
 
-def test_password_never_appears_in_errors_or_logs(caplog: pytest.LogCaptureFixture) -> None:
+async def test_password_never_appears_in_errors_or_logs(caplog: pytest.LogCaptureFixture) -> None:
     url = f"redis://user:hunter2-secret@127.0.0.1:{free_port()}/0"  # nothing listens there
 
-    async def scenario() -> None:
+    with caplog.at_level(logging.DEBUG):
         store = RedisStore(url, backoff_seconds=0.001)
         cache = EmbeddingCache(store, ttl_seconds=60, name=CACHE)
         try:
@@ -284,9 +251,6 @@ def test_password_never_appears_in_errors_or_logs(caplog: pytest.LogCaptureFixtu
             assert await cache.get_many(MODEL, REVISION, ["k"]) == [None]
         finally:
             await cache.aclose()
-
-    with caplog.at_level(logging.DEBUG):
-        asyncio.run(scenario())
     assert "serving without the cache" in caplog.text
     assert "hunter2" not in caplog.text
 
@@ -300,21 +264,18 @@ def test_malformed_url_is_not_echoed() -> None:
 # Store selection
 
 
-def test_build_store_uses_the_shared_redis_connection(redis_url: str) -> None:
+async def test_build_store_uses_the_shared_redis_connection(redis_url: str) -> None:
     redis = RedisConnection(redis_url)
     store = build_store(redis, memory_mb=CacheSettings().embedding_cache_mb)
     assert isinstance(store, RedisStore)
 
-    async def scenario() -> None:
-        try:
-            await store.set_many({"k": b"v"})
-            assert await store.get_many(["k"]) == [b"v"]
-        finally:
-            await store.aclose()
-            assert await redis.call(redis.client.ping)  # the store's close leaves the shared client open
-            await redis.aclose()
-
-    asyncio.run(scenario())
+    try:
+        await store.set_many({"k": b"v"})
+        assert await store.get_many(["k"]) == [b"v"]
+    finally:
+        await store.aclose()
+        assert await redis.call(redis.client.ping)  # the store's close leaves the shared client open
+        await redis.aclose()
 
 
 def test_build_store_falls_back_to_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:

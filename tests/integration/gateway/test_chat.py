@@ -12,7 +12,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from gateway.settings import CacheSettings, HunyuanSettings, RedisSettings
+from gateway.settings import CacheSettings, ChatSettings, RedisSettings
 from localtriton.server import TritonProcess
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.running_gateway import RunningGateway
@@ -22,17 +22,17 @@ pytestmark = pytest.mark.slow
 KEY = "sim-key-secret"
 
 
-def llm(simulator: RunningHunyuanSimulator, **overrides: Any) -> HunyuanSettings:
+def llm(simulator: RunningHunyuanSimulator, **overrides: Any) -> ChatSettings:
     simulator.config.api_key = KEY
     values: dict[str, Any] = {"base_url": simulator.base_url, "api_key": SecretStr(KEY), "retry_base_seconds": 0.01}
-    return HunyuanSettings(**{**values, **overrides})
+    return ChatSettings(**{**values, **overrides})
 
 
 @pytest.fixture
 def chat_gateway(
     hunyuan_simulator: RunningHunyuanSimulator, triton: TritonProcess, gateway_factory: Callable[..., RunningGateway]
 ) -> RunningGateway:
-    return gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), cache=CacheSettings(embedding_cache_mb=0))
+    return gateway_factory(triton.grpc_url, chat=llm(hunyuan_simulator), cache=CacheSettings(embedding_cache_mb=0))
 
 
 def ask(text: str, **extra: Any) -> dict[str, Any]:
@@ -106,11 +106,11 @@ def test_finished_streams_give_their_upstream_connection_back_to_the_pool(
     http: httpx.Client,
 ) -> None:
     cache = CacheSettings(embedding_cache_mb=0, chat_cache_mb=0)  # no cache: streams still count their tokens
-    base = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), cache=cache).base_url
+    base = gateway_factory(triton.grpc_url, chat=llm(hunyuan_simulator), cache=cache).base_url
     url = f"{base}/v1/chat/completions"
 
     def completion_tokens() -> float:  # the registry is per process: compare, do not read absolutes
-        line = 'gateway_llm_tokens_total{kind="completion",model="hy3-preview"} '
+        line = 'gateway_chat_tokens_total{kind="completion",model="hy3-preview"} '
         text = http.get(f"{base}/metrics").text
         return float(text.split(line)[1].split()[0]) if line in text else 0.0
 
@@ -162,7 +162,7 @@ def test_slow_silent_and_unreachable_upstreams_fail_in_the_error_shape(
     http: httpx.Client,
 ) -> None:
     settings = llm(hunyuan_simulator, first_byte_timeout_seconds=0.3, max_retries=0)
-    url = f"{gateway_factory(triton.grpc_url, hunyuan=settings).base_url}/v1/chat/completions"
+    url = f"{gateway_factory(triton.grpc_url, chat=settings).base_url}/v1/chat/completions"
     hunyuan_simulator.config.ttft_seconds = 1.0  # no first byte within 0.3 s
     slow = http.post(url, json=ask("slow start"))
     assert slow.status_code == 504 and "in time" in slow.json()["error"]["message"]
@@ -172,9 +172,9 @@ def test_slow_silent_and_unreachable_upstreams_fail_in_the_error_shape(
         assert response.status_code == 200
         payloads = sse_payloads(response.iter_lines())
     assert "[DONE]" not in payloads and "stream" in json.loads(payloads[-1])["error"]["message"]
-    unreachable = HunyuanSettings(base_url="http://127.0.0.1:9/v1", api_key=SecretStr(KEY), retry_base_seconds=0.01)
+    unreachable = ChatSettings(base_url="http://127.0.0.1:9/v1", api_key=SecretStr(KEY), retry_base_seconds=0.01)
     down = http.post(
-        f"{gateway_factory(triton.grpc_url, hunyuan=unreachable).base_url}/v1/chat/completions", json=ask("hi")
+        f"{gateway_factory(triton.grpc_url, chat=unreachable).base_url}/v1/chat/completions", json=ask("hi")
     )
     assert down.status_code == 503 and "unreachable" in down.json()["error"]["message"]
     assert KEY not in slow.text + down.text
@@ -186,10 +186,10 @@ def test_429_and_5xx_before_the_first_byte_are_retried_at_the_quotas_rate(
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    from gateway.settings import HunyuanQuotaSettings
+    from gateway.settings import ChatQuotaSettings
 
-    quota = HunyuanQuotaSettings(requests_per_second=5, rate_margin_seconds=0)  # arrivals 200 ms apart
-    gateway = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator, quota=quota))
+    quota = ChatQuotaSettings(requests_per_second=5, rate_margin_seconds=0)  # arrivals 200 ms apart
+    gateway = gateway_factory(triton.grpc_url, chat=llm(hunyuan_simulator, quota=quota))
     hunyuan_simulator.config.fail_next = [429, 500]  # the 429 says Retry-After: 1, the 500 nothing (10-20 ms)
     response = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("retry me"))
     assert response.status_code == 200
@@ -206,7 +206,7 @@ def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
     http: httpx.Client,
 ) -> None:
     settings = llm(hunyuan_simulator, max_retries=0, breaker_failures=2, breaker_reset_seconds=0.5)
-    gateway = gateway_factory(triton.grpc_url, hunyuan=settings)
+    gateway = gateway_factory(triton.grpc_url, chat=settings)
     url = f"{gateway.base_url}/v1/chat/completions"
     hunyuan_simulator.config.fail_next = [500, 500]
     assert http.post(url, json=ask("a")).status_code == 502
@@ -222,7 +222,7 @@ def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
 
     fallback = gateway_factory(
         triton.grpc_url,
-        hunyuan=llm(hunyuan_simulator, max_retries=0, fallback_models="deepseek-v4-pro=deepseek-v4-flash"),
+        chat=llm(hunyuan_simulator, max_retries=0, fallback_models="deepseek-v4-pro=deepseek-v4-flash"),
     )
     hunyuan_simulator.config.fail_next = [500]
     answer = http.post(f"{fallback.base_url}/v1/chat/completions", json={**ask("f"), "model": "deepseek-v4-pro"})
@@ -241,7 +241,7 @@ def test_a_probe_with_no_verdict_on_the_upstream_does_not_keep_the_model_shut(
     """The half-open probe is rejected as a bad request (upstream 400): the upstream is up, and the next
     call probes again instead of the breaker waiting forever for a verdict."""
     settings = llm(hunyuan_simulator, max_retries=0, breaker_failures=1, breaker_reset_seconds=0.3)
-    gateway = gateway_factory(triton.grpc_url, hunyuan=settings)
+    gateway = gateway_factory(triton.grpc_url, chat=settings)
     url = f"{gateway.base_url}/v1/chat/completions"
     hunyuan_simulator.config.fail_next = [500]
     assert http.post(url, json=ask("a")).status_code == 502
@@ -296,9 +296,9 @@ def test_missing_api_key_is_503_naming_the_variable(
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    gateway = gateway_factory(triton.grpc_url, hunyuan=HunyuanSettings(base_url=hunyuan_simulator.base_url))
+    gateway = gateway_factory(triton.grpc_url, chat=ChatSettings(base_url=hunyuan_simulator.base_url))
     response = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("hi"))
-    assert response.status_code == 503 and "HUNYUAN_API_KEY" in response.json()["error"]["message"]
+    assert response.status_code == 503 and "CHAT_API_KEY" in response.json()["error"]["message"]
     assert http.post(f"{gateway.base_url}/v1/embeddings", json={"input": "still works"}).status_code == 200
 
 
@@ -310,7 +310,7 @@ def test_answer_is_shared_by_replicas_through_redis(
     http: httpx.Client,
 ) -> None:
     shared = RedisSettings(url=SecretStr(redis_url))
-    first, second = (gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), redis=shared) for _ in range(2))
+    first, second = (gateway_factory(triton.grpc_url, chat=llm(hunyuan_simulator), redis=shared) for _ in range(2))
     assert http.post(f"{first.base_url}/v1/chat/completions", json=ask("shared?")).headers["x-cache"] == "miss"
     time.sleep(0.05)
     assert http.post(f"{second.base_url}/v1/chat/completions", json=ask("shared?")).headers["x-cache"] == "hit"
@@ -390,7 +390,7 @@ def test_semantic_cache_serves_paraphrases_only(
     from gateway.settings import SemanticCacheSettings
 
     semantic = SemanticCacheSettings(matcher=matcher, threshold=threshold)
-    gateway = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), semantic=semantic)
+    gateway = gateway_factory(triton.grpc_url, chat=llm(hunyuan_simulator), semantic=semantic)
     url = f"{gateway.base_url}/v1/chat/completions"
     original = http.post(url, json=ask(question))
     assert original.headers["x-cache"] == "miss"
@@ -423,10 +423,10 @@ def test_only_normally_finished_answers_are_cached_and_costs_are_counted(
     assert http.post(url, json=ask("complete answer")).headers["x-cache"] == "hit"
     text = http.get(f"{chat_gateway.base_url}/metrics").text
     host = f"127.0.0.1:{hunyuan_simulator.port}"  # the host label: the configured base URL's, which served it
-    assert f'gateway_llm_upstream_calls_total{{host="{host}",model="hy3-preview"}}' in text
-    assert 'gateway_llm_tokens_total{kind="completion",model="hy3-preview"}' in text
-    assert 'gateway_llm_calls_saved_total{layer="exact"}' in text
-    assert 'gateway_llm_tokens_saved_total{layer="exact"}' in text
+    assert f'gateway_chat_upstream_calls_total{{host="{host}",model="hy3-preview"}}' in text
+    assert 'gateway_chat_tokens_total{kind="completion",model="hy3-preview"}' in text
+    assert 'gateway_chat_calls_saved_total{layer="exact"}' in text
+    assert 'gateway_chat_tokens_saved_total{layer="exact"}' in text
 
 
 def test_identical_concurrent_requests_make_one_upstream_call(
@@ -454,10 +454,10 @@ def test_no_quota_slot_within_the_wait_is_429_with_retry_after(
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    from gateway.settings import HunyuanQuotaSettings
+    from gateway.settings import ChatQuotaSettings
 
-    quota = HunyuanQuotaSettings(requests_per_second=0.5, max_wait_seconds=0.2)
-    gateway = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator, quota=quota))
+    quota = ChatQuotaSettings(requests_per_second=0.5, max_wait_seconds=0.2)
+    gateway = gateway_factory(triton.grpc_url, chat=llm(hunyuan_simulator, quota=quota))
     url = f"{gateway.base_url}/v1/chat/completions"
     assert http.post(url, json=ask("first")).status_code == 200
     refused = http.post(url, json=ask("second"))
@@ -474,15 +474,15 @@ def test_a_call_the_upstream_refused_gives_its_token_estimate_back(
 ) -> None:
     """1,000 tokens a minute and ~400 estimated per call: two refused calls keeping their estimates would
     leave too few for the next call for most of a minute."""
-    from gateway.settings import HunyuanQuotaSettings
+    from gateway.settings import ChatQuotaSettings
 
     gateway = gateway_factory(
         triton.grpc_url,
-        hunyuan=llm(
+        chat=llm(
             hunyuan_simulator,
             max_retries=0,
             breaker_failures=10,
-            quota=HunyuanQuotaSettings(tokens_per_minute=1000, max_wait_seconds=0.5),
+            quota=ChatQuotaSettings(tokens_per_minute=1000, max_wait_seconds=0.5),
         ),
     )
     url = f"{gateway.base_url}/v1/chat/completions"
@@ -511,11 +511,11 @@ def test_a_completion_no_request_waits_for_any_more_is_cancelled_and_frees_its_q
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
 ) -> None:
-    from gateway.settings import HunyuanQuotaSettings, LimitSettings
+    from gateway.settings import ChatQuotaSettings, LimitSettings
 
     gateway = gateway_factory(
         triton.grpc_url,
-        hunyuan=llm(hunyuan_simulator, quota=HunyuanQuotaSettings(max_concurrent=1, max_wait_seconds=1.0)),
+        chat=llm(hunyuan_simulator, quota=ChatQuotaSettings(max_concurrent=1, max_wait_seconds=1.0)),
         limits=LimitSettings(request_timeout_seconds=0.5 if leaving == "request deadline" else 60.0),
     )
     url = f"{gateway.base_url}/v1/chat/completions"
@@ -571,7 +571,7 @@ def test_a_stream_may_outlast_the_request_deadline_once_it_has_begun(
 
     hunyuan_simulator.config.tokens_per_second = 10  # about 2 s for this answer
     limits = LimitSettings(request_timeout_seconds=0.5)
-    gateway = gateway_factory(triton.grpc_url, hunyuan=llm(hunyuan_simulator), limits=limits)
+    gateway = gateway_factory(triton.grpc_url, chat=llm(hunyuan_simulator), limits=limits)
     response = http.post(f"{gateway.base_url}/v1/chat/completions", json=ask("a long streamed answer", stream=True))
     payloads = sse_payloads(iter(response.text.splitlines()))
     assert payloads[-1] == "[DONE]" and "error" not in payloads[-2]

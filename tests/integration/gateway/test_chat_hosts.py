@@ -17,7 +17,7 @@ import pytest
 from pydantic import SecretStr
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.settings import HunyuanSettings
+from gateway.settings import ChatSettings
 from localtriton.ports import free_port
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.running_gateway import RunningGateway
@@ -35,7 +35,7 @@ def backup_simulator() -> Iterator[RunningHunyuanSimulator]:
     simulator.stop()
 
 
-def chat_settings(primary: str, *backups: RunningHunyuanSimulator, **overrides: Any) -> HunyuanSettings:
+def chat_settings(primary: str, *backups: RunningHunyuanSimulator, **overrides: Any) -> ChatSettings:
     for simulator in backups:
         simulator.config.api_key = KEY
     values: dict[str, Any] = {
@@ -44,7 +44,7 @@ def chat_settings(primary: str, *backups: RunningHunyuanSimulator, **overrides: 
         "api_key": SecretStr(KEY),
         "retry_base_seconds": 0.01,
     }
-    return HunyuanSettings(**{**values, **overrides})
+    return ChatSettings(**{**values, **overrides})
 
 
 def started(
@@ -52,7 +52,7 @@ def started(
 ) -> RunningGateway:
     """A gateway whose only chat host is `primary`."""
     primary.config.api_key = KEY
-    return factory(NO_TRITON, hunyuan=chat_settings(primary.base_url, **overrides))
+    return factory(NO_TRITON, chat=chat_settings(primary.base_url, **overrides))
 
 
 def ask(text: str, **extra: Any) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def sse_payloads(text: str) -> list[str]:
 
 
 def host_calls(gateway: RunningGateway, http: httpx.Client, simulator: RunningHunyuanSimulator) -> float:
-    line = f'gateway_llm_upstream_calls_total{{host="127.0.0.1:{simulator.port}",model="hy3-preview"}} '
+    line = f'gateway_chat_upstream_calls_total{{host="127.0.0.1:{simulator.port}",model="hy3-preview"}} '
     text = http.get(f"{gateway.base_url}/metrics").text
     return float(text.split(line)[1].split()[0]) if line in text else 0.0
 
@@ -77,7 +77,7 @@ def test_a_primary_that_refuses_connections_falls_over_to_the_backup_within_one_
     backup_simulator: RunningHunyuanSimulator, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
 ) -> None:
     refused = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    gateway = gateway_factory(NO_TRITON, hunyuan=chat_settings(refused, backup_simulator, max_retries=0))
+    gateway = gateway_factory(NO_TRITON, chat=chat_settings(refused, backup_simulator, max_retries=0))
     with client_of(gateway) as client:
         whole = client.chat.completions.create(**ask("not streamed"))
         stream = client.chat.completions.create(**ask("streamed"), stream=True)
@@ -95,7 +95,7 @@ def test_a_primary_answering_5xx_before_the_first_byte_falls_over_to_the_backup(
 ) -> None:
     settings = chat_settings(hunyuan_simulator.base_url, backup_simulator, max_retries=0)
     hunyuan_simulator.config.api_key = KEY
-    gateway = gateway_factory(NO_TRITON, hunyuan=settings)
+    gateway = gateway_factory(NO_TRITON, chat=settings)
     hunyuan_simulator.config.fail_next = [503, 500]  # in TokenHub's error body
     with client_of(gateway) as client:
         whole = client.chat.completions.create(**ask("not streamed"))
@@ -132,7 +132,7 @@ def test_a_stream_that_drops_or_stalls_before_its_first_chunk_is_retried_or_answ
     assert stalled.status_code == 504 and stalled.json()["error"]["type"]
 
     with_backup = chat_settings(hunyuan_simulator.base_url, backup_simulator, first_byte_timeout_seconds=0.5)
-    backup_url = f"{gateway_factory(NO_TRITON, hunyuan=with_backup).base_url}/v1/chat/completions"
+    backup_url = f"{gateway_factory(NO_TRITON, chat=with_backup).base_url}/v1/chat/completions"
     moved = http.post(backup_url, json=ask("stalled primary", stream=True))
     assert moved.status_code == 200 and sse_payloads(moved.text)[-1] == "[DONE]"
     assert backup_simulator.stats.requests_total == 1

@@ -37,12 +37,12 @@ def replicas(
         # What is tested is the shared quota, not the fallback: a busy CI host must not push Redis
         # calls past the default 0.25 s timeout and so into each replica limiting alone.
         "REDIS_TIMEOUT_SECONDS": "2",
-        "HUNYUAN_BASE_URL": hunyuan_simulator.base_url,
-        "HUNYUAN_API_KEY": "quota-key",
-        "HUNYUAN_REQUESTS_PER_SECOND": str(QUOTA),
-        "HUNYUAN_RATE_MARGIN_SECONDS": str(MARGIN_SECONDS),
-        "HUNYUAN_MAX_WAIT_SECONDS": "60",
-        "HUNYUAN_MAX_RETRIES": "0",  # a 429 would surface instead of being retried away
+        "CHAT_BASE_URL": hunyuan_simulator.base_url,
+        "CHAT_API_KEY": "quota-key",
+        "CHAT_REQUESTS_PER_SECOND": str(QUOTA),
+        "CHAT_RATE_MARGIN_SECONDS": str(MARGIN_SECONDS),
+        "CHAT_MAX_WAIT_SECONDS": "60",
+        "CHAT_MAX_RETRIES": "0",  # a 429 would surface instead of being retried away
         "GATEWAY_LOG_LEVEL": "WARNING",
     }
     started = [gateways.create(str(n), free_port(), variables).launch() for n in range(3)]

@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.grpc.pb.gateway.v1 import gateway_pb2_grpc as pb_grpc
-from gateway.settings import HunyuanSettings
+from gateway.settings import ChatSettings
 from simulators.hunyuan import echo_reply, reasoning_reply, split_pieces
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.running_gateway import RunningGateway
@@ -33,8 +33,8 @@ def gateway(
     hunyuan_simulator: RunningHunyuanSimulator, gateway_factory: Callable[..., RunningGateway]
 ) -> RunningGateway:
     hunyuan_simulator.config.api_key = KEY
-    settings = HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr(KEY), retry_base_seconds=0.01)
-    return gateway_factory(NO_TRITON, hunyuan=settings)
+    settings = ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr(KEY), retry_base_seconds=0.01)
+    return gateway_factory(NO_TRITON, chat=settings)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import openai
 import pytest
 from pydantic import SecretStr
 
-from gateway.settings import AuthSettings, HunyuanSettings, ModelPrice, UsageSettings
+from gateway.settings import AuthSettings, ChatSettings, ModelPrice, UsageSettings
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.running_gateway import RunningGateway
 
@@ -35,7 +35,7 @@ def gateway(
     return gateway_factory(
         NO_TRITON,
         auth=AuthSettings(api_keys=SecretStr(ADMIN)),
-        hunyuan=HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key")),
+        chat=ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key")),
         usage=UsageSettings(prices={MODEL: ModelPrice(input=1000, output=2000)}),
     )
 

@@ -122,7 +122,7 @@ def test_requests_succeed_while_redis_is_down_and_the_cache_comes_back(
     down = embed(http, gateway, texts)
     assert down.headers["x-cache"] == "miss"
     ready = http.get(f"{gateway.base_url}/readyz").json()
-    # the cache serves without Redis; image tasks (stored there too) are unavailable; neither makes it unready
+    # the cache serves without Redis; video tasks (stored there too) are unavailable; neither makes it unready
     checks = {"triton": "ok", "cache": "degraded", "tasks": "unavailable", "redis": "degraded", "search": "ok"}
     assert ready == {"ready": True, "checks": checks}
     assert (

@@ -57,7 +57,7 @@ def test_grpc_errors_and_health(triton: TritonProcess, gateway_factory: Callable
         assert health.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_concurrent_identical_misses_are_computed_once(
+async def test_concurrent_identical_misses_are_computed_once(
     triton: TritonProcess, gateway_factory: Callable[..., RunningGateway]
 ) -> None:
     from gateway.settings import CacheSettings
@@ -65,13 +65,10 @@ def test_concurrent_identical_misses_are_computed_once(
     gateway = gateway_factory(triton.grpc_url, cache=CacheSettings(embedding_cache_mb=16))
     texts = mixed_texts(32, tag="single-flight")
 
-    async def burst() -> list[httpx.Response]:
-        async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
-            requests = [client.post("/v1/embeddings", json={"input": texts}) for _ in range(8)]
-            return list(await asyncio.gather(*requests))
-
     before = triton_requests(triton)
-    responses = asyncio.run(burst())
+    async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
+        requests = [client.post("/v1/embeddings", json={"input": texts}) for _ in range(8)]
+        responses = list(await asyncio.gather(*requests))
     assert all(r.status_code == 200 for r in responses)
     assert triton_requests(triton) - before == 1
     first = responses[0].json()["data"]

@@ -50,7 +50,7 @@ def test_embeddings_equal_tritons_own_output_in_order(
     assert body["model"] == "sentence-transformers/all-MiniLM-L6-v2" and body["object"] == "list"
 
 
-def test_concurrent_single_texts_are_merged_and_each_gets_its_own_vector(
+async def test_concurrent_single_texts_are_merged_and_each_gets_its_own_vector(
     fp32_gateway: RunningGateway, triton_fp32: TritonProcess, http: httpx.Client
 ) -> None:
     """32 clients, one text each, against the real Triton: the coalescer merges them into fewer calls (the
@@ -64,17 +64,14 @@ def test_concurrent_single_texts_are_merged_and_each_gets_its_own_vector(
         metric(http, fp32_gateway.base_url, f"{merged}_sum"),
     )
 
-    async def load() -> list[httpx.Response]:
-        limit = asyncio.Semaphore(32)
-        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32)) as client:
+    limit = asyncio.Semaphore(32)
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32)) as client:
 
-            async def one(index: int) -> httpx.Response:
-                async with limit:
-                    return await client.post(url, json=bad.get(index, {"input": texts[index]}))
+        async def one(index: int) -> httpx.Response:
+            async with limit:
+                return await client.post(url, json=bad.get(index, {"input": texts[index]}))
 
-            return list(await asyncio.gather(*(one(i) for i in range(len(texts)))))
-
-    answers = asyncio.run(load())
+        answers = list(await asyncio.gather(*(one(i) for i in range(len(texts)))))
     assert [answers[i].status_code for i in bad] == [400, 400]
     assert all("error" in answers[i].json() for i in bad)
     good = [i for i in range(len(texts)) if i not in bad]

@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import SecretStr
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.settings import AuthSettings, CacheSettings, HunyuanSettings, LimitSettings, SemanticCacheSettings
+from gateway.settings import AuthSettings, CacheSettings, ChatSettings, LimitSettings, SemanticCacheSettings
 from localtriton.server import TritonProcess
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.metrics import metric
@@ -183,7 +183,7 @@ def test_with_triton_stopped_the_gateway_stays_ready_and_chat_keeps_answering(
     hunyuan_simulator.config.api_key = "sim-key"
     gateway = gateway_factory(
         triton.grpc_url,
-        hunyuan=HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("sim-key")),
+        chat=ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("sim-key")),
         semantic=SemanticCacheSettings(matcher="embedding"),
     )
     chat = f"{gateway.base_url}/v1/chat/completions"

@@ -16,7 +16,7 @@ from pydantic import SecretStr
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.grpc.pb.gateway.v1 import gateway_pb2_grpc as pb_grpc
-from gateway.settings import AuthSettings, HunyuanSettings, ModelPrice, UsageSettings, VideoSettings
+from gateway.settings import AuthSettings, ChatSettings, ModelPrice, UsageSettings, VideoSettings
 from localtriton.server import TritonProcess
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.pika_fixtures import RunningPikaSimulator
@@ -46,7 +46,7 @@ def gateway(
     return gateway_factory(
         triton.grpc_url,
         auth=AuthSettings(api_keys=SecretStr(SECRET)),
-        hunyuan=HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key")),
+        chat=ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key")),
         video=VideoSettings(
             base_url=pika_simulator.base_url,
             api_key=SecretStr("fal-key"),

@@ -1,6 +1,7 @@
 """Requests-per-minute limits admitted from leased tokens and budgets from a copy of the spend (`RedisKeyLimiter`
-over a real Redis, three gatekeepers as three replicas): the rate holds for the three together within its bound,
-most requests cost no Redis call, and a budget spent on one replica is refused by the others."""
+over a real Redis, three gatekeepers as three replicas): the three together admit the limit's burst of N, then its
+rate, within their bound; most requests cost no Redis call, and a budget spent on one replica is refused by the
+others."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from gateway.keys.resolver import KeyResolver
 
 SECRET = "sk-leases-test-key-0001"
 RPM = 12_000  # 200 per second: a window holds 20 intervals, so the limit is leased
+HELD = WINDOW_US * RPM // 60_000_000  # the most tokens one replica holds
 
 
 @asynccontextmanager
@@ -46,7 +48,7 @@ async def script_calls(redis_url: str) -> int:
     return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
 
-def test_a_leased_rate_holds_across_three(redis_url: str, tmp_path: Path) -> None:
+def test_a_leased_rate_admits_its_burst_then_holds_its_rate_across_three(redis_url: str, tmp_path: Path) -> None:
     keys = f"keys:\n  - {{name: k, team: t, secret: {SECRET}, limits: {{requests_per_minute: {RPM}}}}}\n"
     asyncio.run(leased_rate(redis_url, tmp_path / "keys.yaml", keys))
 
@@ -54,6 +56,16 @@ def test_a_leased_rate_holds_across_three(redis_url: str, tmp_path: Path) -> Non
 async def leased_rate(redis_url: str, keys_file: Path, keys: str) -> None:
     async with three_gatekeepers(redis_url, keys_file, keys) as keepers:
         key = keepers[0].authenticate(f"Bearer {SECRET}", "models")
+        started, burst = time.monotonic(), 0
+        while True:  # back to back, round the replicas, until Redis has no token left to lease
+            try:
+                await keepers[burst % len(keepers)].admit(key, "models")
+            except RateLimitExceededError:
+                break
+            burst += 1
+        drained = time.monotonic() - started
+        # The burst, what refilled meanwhile; less what the other replicas still hold, leased but not yet used.
+        assert RPM - (len(keepers) - 1) * HELD <= burst <= RPM + drained * RPM / 60 + 1, (burst, drained)
         admitted = 0
 
         async def caller(keeper: Gatekeeper, until: float) -> None:
@@ -70,8 +82,9 @@ async def leased_rate(redis_url: str, keys_file: Path, keys: str) -> None:
         await asyncio.gather(*(caller(keeper, started + 3.0) for keeper in keepers for _ in range(2)))
         elapsed = time.monotonic() - started
         per_second = RPM / 60
-        # Redis leases the rate plus one window; each replica may hold one window's worth besides.
-        allowed = (elapsed + (1 + len(keepers)) * WINDOW_US / 1e6) * per_second
+        # The burst is spent: Redis leases the rate (and the one token refilling); each replica may hold one
+        # window's worth besides.
+        allowed = (elapsed + len(keepers) * WINDOW_US / 1e6) * per_second + 1
         assert admitted <= allowed
         assert admitted >= 0.95 * elapsed * per_second, (admitted, elapsed * per_second)
 

@@ -1,6 +1,7 @@
 """The per-key and per-team limits (`Gatekeeper` over `RedisKeyLimiter` and `LocalKeyLimiter`): three
-gatekeepers on one real Redis, as three replicas, keep a key's chat tokens per minute, a team's concurrent chat
-streams and videos per day together; in process, one limiter keeps the same rules."""
+gatekeepers on one real Redis, as three replicas, keep a key's requests per minute (a burst of N, then one every
+60/N s), chat tokens per minute, a team's concurrent chat streams and videos per day together; in process, one
+limiter keeps the same rules."""
 
 from __future__ import annotations
 
@@ -13,14 +14,18 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import RateLimitExceededError
+from gateway.keys import names
 from gateway.keys.gatekeeper import Gatekeeper
-from gateway.keys.limiter import KeyLimiter, LocalKeyLimiter, RedisKeyLimiter
+from gateway.keys.limiter import Check, KeyLimiter, LocalKeyLimiter, RedisKeyLimiter
 from gateway.keys.model import ApiKey
 from gateway.keys.resolver import KeyResolver
 
 SECRET = "sk-limits-test-key-0001"
 TPM = 1200
 ESTIMATE = 10
+RPM = 6  # a burst of 6, then one every 10 s
+INTERVAL_US = 500_000  # a rate check of its own: 5 at once, then one every 0.5 s
+BURST = 5
 
 
 @pytest.fixture(params=["redis", "local"])
@@ -112,3 +117,44 @@ async def streams_and_videos(redis_url: str | None, keys_file: Path, keys: str) 
         with pytest.raises(RateLimitExceededError, match="videos per day") as refused:
             await keepers[0].count_video(key)
         assert int(refused.value.headers["Retry-After"]) >= 1
+
+
+def test_requests_per_minute_admit_n_back_to_back_across_three(redis_or_not: str | None, tmp_path: Path) -> None:
+    keys = f"keys:\n  - {{name: k, team: t, secret: {SECRET}, limits: {{requests_per_minute: {RPM}}}}}\n"
+    asyncio.run(requests_per_minute(redis_or_not, tmp_path / "keys.yaml", keys))
+
+
+async def requests_per_minute(redis_url: str | None, keys_file: Path, keys: str) -> None:
+    async with three_gatekeepers(redis_url, keys_file, keys) as keepers:
+        key = keepers[0].authenticate(f"Bearer {SECRET}", "models")
+        for n in range(RPM):
+            await keepers[n % len(keepers)].admit(key, "models")
+        with pytest.raises(RateLimitExceededError, match="over its limit of requests per minute") as refused:
+            await keepers[0].admit(key, "models")
+        assert refused.value.headers["Retry-After"] == str(60 // RPM)  # the next one refills in 60/N s
+
+
+def test_a_rate_admits_its_burst_then_one_per_interval_across_two(redis_or_not: str | None) -> None:
+    asyncio.run(burst_then_refill(redis_or_not))
+
+
+async def burst_then_refill(redis_url: str | None) -> None:
+    if redis_url is not None:
+        limiters: list[KeyLimiter] = [RedisKeyLimiter(redis_url, timeout_seconds=2) for _ in range(2)]
+    else:
+        limiters = [LocalKeyLimiter()] * 2
+    check = Check("rate", names.limit_key("rpm", names.key_subject("burst"), "models"), INTERVAL_US, BURST)
+    interval = INTERVAL_US / 1e6
+    try:
+        started = time.monotonic()
+        assert [await limiters[n % 2].admit([check]) for n in range(BURST)] == [None] * BURST
+        refusal = await limiters[BURST % 2].admit([check])
+        assert refusal is not None and refusal.check == check
+        assert interval - (time.monotonic() - started) - 0.005 <= refusal.wait_seconds <= interval
+        await asyncio.sleep(refusal.wait_seconds + 0.005)  # Redis' clock is not this process's
+        assert await limiters[0].admit([check]) is None  # refilled: one more
+        again = await limiters[1].admit([check])
+        assert again is not None and interval / 2 <= again.wait_seconds <= interval
+    finally:
+        for limiter in limiters:
+            await limiter.aclose()

@@ -20,8 +20,8 @@ from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.keys.model import hash_secret
 from gateway.settings import (
     AuthSettings,
-    HunyuanQuotaSettings,
-    HunyuanSettings,
+    ChatQuotaSettings,
+    ChatSettings,
     ModelPrice,
     RedisSettings,
     UsageSettings,
@@ -59,7 +59,7 @@ def start(
     def defaults(auth: dict[str, Any]) -> dict[str, Any]:
         return {
             "auth": AuthSettings(api_keys=SecretStr(ADMIN), keys_refresh_seconds=0.05, **auth),
-            "hunyuan": HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key")),
+            "chat": ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key")),
         }
 
     yield started
@@ -226,9 +226,9 @@ def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
         "keys:\n  - {name: a, team: busy, secret: sk-team-busy-key-0001}\n"
         "  - {name: b, team: quiet, secret: sk-team-quiet-key-0002}\n"
     )
-    quota = HunyuanQuotaSettings(requests_per_second=1000, max_concurrent=4, max_wait_seconds=30)
-    hunyuan = HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key"), quota=quota)
-    gateway = start(keys_file=str(keys_file), concerns={"hunyuan": hunyuan})
+    quota = ChatQuotaSettings(requests_per_second=1000, max_concurrent=4, max_wait_seconds=30)
+    chat = ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key"), quota=quota)
+    gateway = start(keys_file=str(keys_file), concerns={"chat": chat})
 
     async def load() -> tuple[list[httpx.Response], list[httpx.Response]]:
         async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
@@ -248,7 +248,7 @@ def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
             return [a for group in answers[:8] for a in group], [a for group in answers[8:] for a in group]
 
     # The metrics are the test process's (gateways run in it), so earlier tests' waits are counted before.
-    concurrency_waits = {"limiter": "hunyuan", "reason": "concurrency"}
+    concurrency_waits = {"limiter": "chat", "reason": "concurrency"}
     waits_before = metric(http, gateway.base_url, "gateway_quota_waits_total", **concurrency_waits)
     busy, quiet = asyncio.run(load())
     assert [a.status_code for a in quiet] == [200] * 8, [a.text for a in quiet if a.status_code != 200]

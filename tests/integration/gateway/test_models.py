@@ -8,7 +8,7 @@ import openai
 import pytest
 from pydantic import SecretStr
 
-from gateway.settings import HunyuanSettings, VideoSettings
+from gateway.settings import ChatSettings, VideoSettings
 from localtriton.server import TritonProcess
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.running_gateway import RunningGateway
@@ -43,8 +43,8 @@ def test_lists_the_embedding_the_upstreams_chat_and_the_video_models(
     client: Callable[[RunningGateway], openai.OpenAI],
 ) -> None:
     hunyuan_simulator.config.api_key = KEY
-    llm = HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr(KEY), models="not-listed")
-    gateway = gateway_factory(triton.grpc_url, hunyuan=llm, video=VideoSettings(model_path=VIDEO))
+    llm = ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr(KEY), models="not-listed")
+    gateway = gateway_factory(triton.grpc_url, chat=llm, video=VideoSettings(model_path=VIDEO))
     openai_client = client(gateway)
 
     models = openai_client.models.list()
@@ -65,13 +65,13 @@ def test_without_a_chat_key_the_configured_chat_models_are_listed(
     gateway_factory: Callable[..., RunningGateway],
     client: Callable[[RunningGateway], openai.OpenAI],
 ) -> None:
-    llm = HunyuanSettings(
+    llm = ChatSettings(
         base_url=hunyuan_simulator.base_url,
         api_key=None,
         models="hy3-preview",
         fallback_models="hy3-preview=deepseek-v4-flash",
     )
-    gateway = gateway_factory(triton.grpc_url, hunyuan=llm, video=VideoSettings(model_path=VIDEO))
+    gateway = gateway_factory(triton.grpc_url, chat=llm, video=VideoSettings(model_path=VIDEO))
 
     ids = [model.id for model in client(gateway).models.list().data]
 

@@ -14,7 +14,7 @@ import pytest
 from pydantic import SecretStr
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
-from gateway.settings import HunyuanSettings, VideoSettings
+from gateway.settings import ChatSettings, VideoSettings
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.pika_fixtures import RunningPikaSimulator
 from tests.helpers.running_gateway import RunningGateway
@@ -22,7 +22,7 @@ from tests.helpers.running_gateway import RunningGateway
 pytestmark = pytest.mark.slow
 
 NO_TRITON = "127.0.0.1:9"  # refused before any service is asked, so Triton is not needed
-PIKA_KEY = "fal-key-secret"
+VIDEO_KEY = "fal-key-secret"
 CHAT = '{"model": "hy3-preview", "messages": [{"role": "user", "content": "hi"}], '
 
 
@@ -32,12 +32,12 @@ def gateway(
     pika_simulator: RunningPikaSimulator,
     gateway_factory: Callable[..., RunningGateway],
 ) -> RunningGateway:
-    pika_simulator.config.api_key = PIKA_KEY
+    pika_simulator.config.api_key = VIDEO_KEY
     video = VideoSettings(
-        base_url=pika_simulator.base_url, api_key=SecretStr(PIKA_KEY), webhook_jwks_url=pika_simulator.jwks_url
+        base_url=pika_simulator.base_url, api_key=SecretStr(VIDEO_KEY), webhook_jwks_url=pika_simulator.jwks_url
     )
-    hunyuan = HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("sim-key"))
-    return gateway_factory(NO_TRITON, hunyuan=hunyuan, video=video)
+    chat = ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("sim-key"))
+    return gateway_factory(NO_TRITON, chat=chat, video=video)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 from gateway.app import create_app
-from gateway.settings import HunyuanSettings, VideoSettings, all_environment_variables
+from gateway.settings import ChatSettings, VideoSettings, all_environment_variables
 from localtriton.server import TritonProcess
 from simulators.hunyuan import SimulatorConfig
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
@@ -41,12 +41,12 @@ def gateway(triton_fp32: TritonProcess) -> Iterator[RunningGateway]:
     it reads none of the developer's settings."""
     simulator = RunningHunyuanSimulator(SimulatorConfig(api_key="schema-key")).start()
     pika = RunningPikaSimulator().start()
-    llm = HunyuanSettings(base_url=simulator.base_url, api_key=SecretStr("schema-key"))
+    llm = ChatSettings(base_url=simulator.base_url, api_key=SecretStr("schema-key"))
     images = VideoSettings(base_url=pika.base_url, api_key=SecretStr("pika-key"), webhook_jwks_url=pika.jwks_url)
     with pytest.MonkeyPatch.context() as env:
         for name in all_environment_variables():
             env.delenv(name, raising=False)
-        running = RunningGateway(gateway_settings(triton_fp32.grpc_url, hunyuan=llm, video=images)).start()
+        running = RunningGateway(gateway_settings(triton_fp32.grpc_url, chat=llm, video=images)).start()
         try:
             yield running
         finally:

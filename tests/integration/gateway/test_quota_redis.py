@@ -23,6 +23,7 @@ import pytest
 
 from gateway.errors import OverloadedError
 from gateway.quota import QuotaConfig, RedisQuotaLimiter, build_limiter
+from gateway.wiring.chat import CHAT_QUOTA_KEYS
 from localtriton.ports import free_port
 from tests.helpers.redis_fixtures import RedisServer
 
@@ -363,8 +364,11 @@ def test_an_unreachable_redis_never_fails_requests() -> None:
 
 
 def test_build_limiter_shares_the_quota_under_the_names_hash_tag(redis_url: str, redis_server: RedisServer) -> None:
+    """The chat quota keeps its Redis keys of 0.1 (`quota:{hunyuan}:*`): during a rolling upgrade the replicas of
+    both releases hold the account's slots in one place."""
+
     async def scenario() -> bytes:
-        limiter = build_limiter(QuotaConfig(), redis_url, name="hunyuan")
+        limiter = build_limiter(QuotaConfig(), redis_url, name="chat", key_name=CHAT_QUOTA_KEYS)
         try:
             async with limiter.slot():
                 return redis_server.command("EXISTS", "quota:{hunyuan}:slots")

@@ -14,8 +14,8 @@ from gateway.redis_client import redis_client
 from tests.helpers.redis_fixtures import RedisServer
 
 
-def test_concurrent_calls_get_their_own_replies(own_redis: RedisServer) -> None:
-    async def scenario() -> tuple[list[object], BaseException | None]:
+async def test_concurrent_calls_get_their_own_replies(own_redis: RedisServer) -> None:
+    async with asyncio.timeout(30):
         client = redis_client(own_redis.url, 2.0)
         channel = PipelinedChannel(client)
         try:
@@ -26,20 +26,19 @@ def test_concurrent_calls_get_their_own_replies(own_redis: RedisServer) -> None:
             except ResponseError as exc:
                 error = exc
             after = await channel.execute("GET", "n0")
-            return [*replies, after], error
         finally:
             await channel.aclose()
             await client.aclose()
-
-    replies, error = asyncio.run(asyncio.wait_for(scenario(), 30))
     # Each call its own INCRBY's reply: the running sum of its counter, in the order the calls were sent.
-    assert replies[:300] == [sum(range(i % 7, i + 1, 7)) for i in range(300)]
-    assert replies[300] == str(sum(range(0, 300, 7))).encode()
+    assert replies == [sum(range(i % 7, i + 1, 7)) for i in range(300)]
+    assert after == str(sum(range(0, 300, 7))).encode()
     assert error is not None, "the error reply reached its call"
 
 
-def test_reset_fails_the_calls_a_frozen_redis_holds_and_a_restarted_one_is_reconnected(own_redis: RedisServer) -> None:
-    async def scenario() -> tuple[BaseException | None, object]:
+async def test_reset_fails_the_calls_a_frozen_redis_holds_and_a_restarted_one_is_reconnected(
+    own_redis: RedisServer,
+) -> None:
+    async with asyncio.timeout(30):
         client = redis_client(own_redis.url, 2.0)
         channel = PipelinedChannel(client)
         try:
@@ -53,11 +52,9 @@ def test_reset_fails_the_calls_a_frozen_redis_holds_and_a_restarted_one_is_recon
             own_redis.stop()
             own_redis.start()
             await channel.execute("SET", "k", "2")  # a new connection to the new server
-            return failure if isinstance(failure, BaseException) else None, await channel.execute("GET", "k")
+            value = await channel.execute("GET", "k")
         finally:
             await channel.aclose()
             await client.aclose()
-
-    failure, value = asyncio.run(asyncio.wait_for(scenario(), 30))
     assert isinstance(failure, RedisConnectionError)
     assert value == b"2"

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from gateway.settings import AuthSettings, HunyuanSettings, RedisSettings
+from gateway.settings import AuthSettings, ChatSettings, RedisSettings
 from localtriton.server import TritonProcess
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.redis_fixtures import RedisServer
@@ -61,7 +61,7 @@ def gateway(
 ) -> RunningGateway:
     return gateway_factory(
         triton.grpc_url,
-        hunyuan=HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("sim-key")),
+        chat=ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("sim-key")),
         redis=RedisSettings(url=SecretStr(own_redis.url), timeout_seconds=TIMEOUT, backoff_seconds=BACKOFF),
     )
 
@@ -79,7 +79,7 @@ def keyed_gateway(
     keys_file.write_text(KEYS_FILE)
     return gateway_factory(
         triton.grpc_url,
-        hunyuan=HunyuanSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("sim-key")),
+        chat=ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("sim-key")),
         redis=RedisSettings(url=SecretStr(own_redis.url), timeout_seconds=TIMEOUT, backoff_seconds=BACKOFF),
         auth=AuthSettings(keys_file=str(keys_file), keys_sqlite_path=str(tmp_path / "keys.sqlite3")),
     )

@@ -32,49 +32,46 @@ async def starve() -> None:
     time.sleep(STARVED)  # blocking on purpose: nothing on this loop runs meanwhile
 
 
-def test_calls_timed_out_by_a_starved_event_loop_fail_alone_and_the_circuit_stays_closed(redis_url: str) -> None:
-    async def scenario() -> None:
-        redis = RedisConnection(redis_url, name="starved", timeout_seconds=TIMEOUT, max_connections=4)
-        try:
-            await asyncio.gather(*(redis.call(redis.client.ping) for _ in range(4)))  # the pool's 4 connections
-            await redis.call(lambda: redis.client.set("starved", "1"))
-            timeouts, busy = failures("starved", "timeout"), failures("starved", "pool_busy")
+async def test_calls_timed_out_by_a_starved_event_loop_fail_alone_and_the_circuit_stays_closed(redis_url: str) -> None:
+    redis = RedisConnection(redis_url, name="starved", timeout_seconds=TIMEOUT, max_connections=4)
+    try:
+        await asyncio.gather(*(redis.call(redis.client.ping) for _ in range(4)))  # the pool's 4 connections
+        await redis.call(lambda: redis.client.set("starved", "1"))
+        timeouts, busy = failures("starved", "timeout"), failures("starved", "pool_busy")
 
-            calls = [asyncio.ensure_future(redis.call(lambda: redis.client.get("starved"))) for _ in range(12)]
-            await starve()
-            results = await asyncio.gather(*calls, return_exceptions=True)
-            failed = [result for result in results if isinstance(result, BaseException)]
-            print(f"\nstarved {STARVED} s: {len(failed)} of {len(calls)} failed: {sorted({repr(f) for f in failed})}")
-            assert any(isinstance(result, TIMEOUTS) for result in failed)  # answers read after their deadline
-            assert all(isinstance(result, REDIS_FAILURES) for result in failed)  # each user's fallback applies
-            assert not any(isinstance(result, RedisSkippedError) for result in failed)
-            assert failures("starved", "timeout") > timeouts
-            assert failures("starved", "timeout") + failures("starved", "pool_busy") == timeouts + busy + len(failed)
-            assert redis.circuit.state is CircuitState.CLOSED
+        calls = [asyncio.ensure_future(redis.call(lambda: redis.client.get("starved"))) for _ in range(12)]
+        await starve()
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        failed = [result for result in results if isinstance(result, BaseException)]
+        print(f"\nstarved {STARVED} s: {len(failed)} of {len(calls)} failed: {sorted({repr(f) for f in failed})}")
+        assert any(isinstance(result, TIMEOUTS) for result in failed)  # answers read after their deadline
+        assert all(isinstance(result, REDIS_FAILURES) for result in failed)  # each user's fallback applies
+        assert not any(isinstance(result, RedisSkippedError) for result in failed)
+        assert failures("starved", "timeout") > timeouts
+        assert failures("starved", "timeout") + failures("starved", "pool_busy") == timeouts + busy + len(failed)
+        assert redis.circuit.state is CircuitState.CLOSED
 
-            # The health PING the timeouts sent, and one starved in its turn: neither opens the circuit.
-            assert redis._check is not None
-            await asyncio.wait([redis._check])
-            assert redis.circuit.state is CircuitState.CLOSED
-            redis.known_up()  # another health PING, now
-            await starve()
-            await asyncio.wait([redis._check])
-            assert redis.circuit.state is CircuitState.CLOSED
-            assert metrics.REDIS_CIRCUIT_OPEN.labels(client="starved")._value.get() == 0
+        # The health PING the timeouts sent, and one starved in its turn: neither opens the circuit.
+        assert redis._check is not None
+        await asyncio.wait([redis._check])
+        assert redis.circuit.state is CircuitState.CLOSED
+        redis.known_up()  # another health PING, now
+        await starve()
+        await asyncio.wait([redis._check])
+        assert redis.circuit.state is CircuitState.CLOSED
+        assert metrics.REDIS_CIRCUIT_OPEN.labels(client="starved")._value.get() == 0
 
-            assert await redis.call(lambda: redis.client.get("starved")) == b"1"  # the next call, at once
-        finally:
-            await redis.aclose()
-
-    asyncio.run(scenario())
+        assert await redis.call(lambda: redis.client.get("starved")) == b"1"  # the next call, at once
+    finally:
+        await redis.aclose()
 
 
-def test_a_frozen_redis_still_opens_the_circuit_and_a_probe_closes_it_after_sigcont(
+async def test_a_frozen_redis_still_opens_the_circuit_and_a_probe_closes_it_after_sigcont(
     own_redis: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     timeout = 0.25  # the default: the PING's verdict needs a loop late by less than half of it, on a busy host
 
-    async def scenario() -> None:
+    with caplog.at_level(logging.INFO, logger="gateway.redis_client"):
         redis = RedisConnection(own_redis.url, name="sigstop", timeout_seconds=timeout, backoff_seconds=0.2)
         try:
             assert await redis.call(redis.client.ping)
@@ -101,9 +98,6 @@ def test_a_frozen_redis_still_opens_the_circuit_and_a_probe_closes_it_after_sigc
             assert await redis.call(redis.client.ping)
         finally:
             await redis.aclose()
-
-    with caplog.at_level(logging.INFO, logger="gateway.redis_client"):
-        asyncio.run(scenario())
     logged = [record.getMessage() for record in caplog.records if record.levelno >= logging.INFO]
     assert sum("does not answer" in message for message in logged) == 1
     assert sum("answers again" in message for message in logged) == 1

@@ -43,14 +43,14 @@ def test_ingest_sends_every_line_and_resumes_without_resending_acknowledged_ones
     assert http.get(f"{gateway.base_url}/v1/collections/bulk").json()["documents"] == 130
 
 
-def test_ingest_stops_on_a_refused_batch_naming_its_lines(
+async def test_ingest_stops_on_a_refused_batch_naming_its_lines(
     triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], tmp_path: Path
 ) -> None:
     gateway = gateway_factory(triton.grpc_url)
     source = tmp_path / "docs.jsonl"
     write_documents(source, 10)
     with pytest.raises(IngestError, match="lines 1-10: 404"):
-        asyncio.run(ingest(source, "missing", url=gateway.base_url, key=None, batch=64, concurrency=1, quiet=True))
+        await ingest(source, "missing", url=gateway.base_url, key=None, batch=64, concurrency=1, quiet=True)
     source.write_text('{"id": "a", "text": "fine"}\nnot json\n')
     with pytest.raises(IngestError, match=":2: not JSON"):
-        asyncio.run(ingest(source, "missing", url=gateway.base_url, key=None, batch=64, concurrency=1, quiet=True))
+        await ingest(source, "missing", url=gateway.base_url, key=None, batch=64, concurrency=1, quiet=True)

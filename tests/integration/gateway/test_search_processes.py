@@ -4,7 +4,6 @@ cut short by a kill finishes after the restart."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -110,7 +109,7 @@ def test_a_gateway_killed_during_a_bulk_ingest_loses_no_acknowledged_document_an
     http.close()
 
 
-def test_a_reindex_cut_short_by_a_kill_finishes_after_the_restart(
+async def test_a_reindex_cut_short_by_a_kill_finishes_after_the_restart(
     triton: TritonProcess, gateways: Gateways, tmp_path: Path
 ) -> None:
     gateway = search_gateway(gateways, triton, tmp_path).start()
@@ -118,7 +117,7 @@ def test_a_reindex_cut_short_by_a_kill_finishes_after_the_restart(
     served = http.post(f"{gateway.base_url}/v1/collections", json={"name": "bulk"}).json()
     source = tmp_path / "docs.jsonl"
     write_documents(source, DOCUMENTS)
-    asyncio.run(ingest(source, "bulk", url=gateway.base_url, key=None, batch=64, concurrency=4, quiet=True))
+    await ingest(source, "bulk", url=gateway.base_url, key=None, batch=64, concurrency=4, quiet=True)
     gateway.kill()
     age_revision(tmp_path / "search", "bulk")
     gateway.start()

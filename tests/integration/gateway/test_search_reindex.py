@@ -3,7 +3,6 @@ re-export is simulated by giving the collection's record another revision, as th
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import time
@@ -34,16 +33,13 @@ def age_revision(search_path: Path, name: str) -> None:
     record.write_text(json.dumps({**json.loads(record.read_text()), "model_revision": "an-older-export"}))
 
 
-def age_milvus_revision(uri: str, name: str) -> None:
-    async def age() -> None:
-        store = MilvusStore(uri, None, timeout_seconds=30)
-        try:
-            collection = await store.collection(name)
-            await store.update_collection(dataclasses.replace(collection, model_revision="an-older-export"))
-        finally:
-            await store.aclose()
-
-    asyncio.run(age())
+async def age_milvus_revision(uri: str, name: str) -> None:
+    store = MilvusStore(uri, None, timeout_seconds=30)
+    try:
+        collection = await store.collection(name)
+        await store.update_collection(dataclasses.replace(collection, model_revision="an-older-export"))
+    finally:
+        await store.aclose()
 
 
 FINAL_ORDER = ("pending", "processing", *FINAL)
@@ -124,7 +120,7 @@ def test_a_reindex_job_brings_a_collection_to_the_served_revision(
     assert http.post(url(gateway, "/nothing/reindex")).status_code == 404
 
 
-def test_a_collection_on_milvus_is_reindexed_the_same_way(
+async def test_a_collection_on_milvus_is_reindexed_the_same_way(
     milvus_server: MilvusStandalone,  # noqa: F811
     triton: TritonProcess,
     gateway_factory: Callable[..., RunningGateway],
@@ -136,7 +132,7 @@ def test_a_collection_on_milvus_is_reindexed_the_same_way(
     served = create(http, first, "re_milvus")
     assert upsert(http, first, "re_milvus", PASSAGES).status_code == 200
     first.stop()
-    age_milvus_revision(milvus_server.uri, "re_milvus")
+    await age_milvus_revision(milvus_server.uri, "re_milvus")
 
     gateway = gateway_factory(triton.grpc_url, search=settings)
     assert "POST /v1/collections/re_milvus/reindex" in error(search(http, gateway, "re_milvus", query="pancake"), 409)

@@ -23,7 +23,7 @@ from localtriton.ports import free_port
 pytestmark = pytest.mark.slow
 
 
-def test_a_closing_step_that_hangs_does_not_keep_the_process(
+async def test_a_closing_step_that_hangs_does_not_keep_the_process(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(gateway_main, "SHUTDOWN_MARGIN_SECONDS", 0.5)
@@ -39,24 +39,17 @@ def test_a_closing_step_that_hangs_does_not_keep_the_process(
     config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_config=None, timeout_graceful_shutdown=0)
     server = GatewayServer(config, app, grace_seconds=0.2)
 
-    async def serve_then_stop() -> None:
-        serving = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.01)
-        server.should_exit = True  # what SIGTERM does (handle_exit would re-raise the signal in this process)
-        await asyncio.wait_for(serving, timeout=10)
-
-    asyncio.run(serve_then_stop())
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    server.should_exit = True  # what SIGTERM does (handle_exit would re-raise the signal in this process)
+    await asyncio.wait_for(serving, timeout=10)
 
     assert closing_started.is_set()
     assert "shutdown did not finish within 1 s" in caplog.text
 
 
-def test_the_grpc_server_is_stopped_once_however_often_it_is_asked() -> None:
-    asyncio.run(stop_a_grpc_server_three_times())
-
-
-async def stop_a_grpc_server_three_times() -> None:
+async def test_the_grpc_server_is_stopped_once_however_often_it_is_asked() -> None:
     server = grpc.aio.server()
     port = server.add_insecure_port("127.0.0.1:0")
     stops: list[float | None] = []

@@ -79,47 +79,38 @@ async def steady_stream(client: TritonClient, opener: CountingOpener, *, until_o
     return most_open
 
 
-def test_an_aged_channel_is_replaced_under_load_without_failing_a_call_or_leaking(triton: TritonProcess) -> None:
-    async def scenario() -> None:
-        opener = CountingOpener(triton.grpc_url)
-        settings = TritonSettings(url=triton.grpc_url, channel_max_age_seconds=0.05)
-        async with TritonClient(settings, opener) as client:
-            most_open = await steady_stream(client, opener, until_opened=1 + REPLACEMENTS, calls=5000)
-            assert opener.opened >= 1 + REPLACEMENTS, "the channel was replaced while calls kept coming"
-            assert most_open >= 2, "a replaced channel stayed open for the calls still in flight on it"
-            assert client.open_channels == 1, "and was closed when they ended"
-            assert await settled_connections(triton.grpc_port, 1) == 1, "replaced channels' connections closed"
-        assert await settled_connections(triton.grpc_port, 0) == 0
-
-    asyncio.run(scenario())
+async def test_an_aged_channel_is_replaced_under_load_without_failing_a_call_or_leaking(triton: TritonProcess) -> None:
+    opener = CountingOpener(triton.grpc_url)
+    settings = TritonSettings(url=triton.grpc_url, channel_max_age_seconds=0.05)
+    async with TritonClient(settings, opener) as client:
+        most_open = await steady_stream(client, opener, until_opened=1 + REPLACEMENTS, calls=5000)
+        assert opener.opened >= 1 + REPLACEMENTS, "the channel was replaced while calls kept coming"
+        assert most_open >= 2, "a replaced channel stayed open for the calls still in flight on it"
+        assert client.open_channels == 1, "and was closed when they ended"
+        assert await settled_connections(triton.grpc_port, 1) == 1, "replaced channels' connections closed"
+    assert await settled_connections(triton.grpc_port, 0) == 0
 
 
-def test_a_call_in_flight_finishes_on_the_channel_it_started_on(triton: TritonProcess) -> None:
-    async def scenario() -> None:
-        opener = CountingOpener(triton.grpc_url)
-        clients = AgingClient(opener, max_age_seconds=0.01)
-        with clients.lease() as old:
-            await asyncio.sleep(0.02)  # the channel is now older than its max age
-            with clients.lease() as new:
-                assert new is not old and opener.opened == 2
-                assert await old.is_server_live(), "the replaced channel still serves the call that holds it"
-                assert await new.is_server_live()
-                assert clients.open_clients == 2
-        assert clients.open_clients == 1
-        assert await settled_connections(triton.grpc_port, 1) == 1, "the old channel closed once its call ended"
-        await clients.aclose()
-        assert await settled_connections(triton.grpc_port, 0) == 0
-
-    asyncio.run(scenario())
+async def test_a_call_in_flight_finishes_on_the_channel_it_started_on(triton: TritonProcess) -> None:
+    opener = CountingOpener(triton.grpc_url)
+    clients = AgingClient(opener, max_age_seconds=0.01)
+    with clients.lease() as old:
+        await asyncio.sleep(0.02)  # the channel is now older than its max age
+        with clients.lease() as new:
+            assert new is not old and opener.opened == 2
+            assert await old.is_server_live(), "the replaced channel still serves the call that holds it"
+            assert await new.is_server_live()
+            assert clients.open_clients == 2
+    assert clients.open_clients == 1
+    assert await settled_connections(triton.grpc_port, 1) == 1, "the old channel closed once its call ended"
+    await clients.aclose()
+    assert await settled_connections(triton.grpc_port, 0) == 0
 
 
-def test_max_age_zero_keeps_one_channel(triton: TritonProcess) -> None:
-    async def scenario() -> None:
-        opener = CountingOpener(triton.grpc_url)
-        settings = TritonSettings(url=triton.grpc_url, channel_max_age_seconds=0)
-        async with TritonClient(settings, opener) as client:
-            most_open = await steady_stream(client, opener, until_opened=2, calls=200)
-            assert opener.opened == 1 and most_open == 1
-            assert await settled_connections(triton.grpc_port, 1) == 1
-
-    asyncio.run(scenario())
+async def test_max_age_zero_keeps_one_channel(triton: TritonProcess) -> None:
+    opener = CountingOpener(triton.grpc_url)
+    settings = TritonSettings(url=triton.grpc_url, channel_max_age_seconds=0)
+    async with TritonClient(settings, opener) as client:
+        most_open = await steady_stream(client, opener, until_opened=2, calls=200)
+        assert opener.opened == 1 and most_open == 1
+        assert await settled_connections(triton.grpc_port, 1) == 1

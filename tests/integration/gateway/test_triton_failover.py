@@ -98,42 +98,39 @@ async def until(condition: Callable[[], bool], timeout: float, what: str) -> Non
         await asyncio.sleep(0.05)
 
 
-def test_a_graceful_stop_and_a_kill_of_one_of_two_tritons_fail_no_call(
+async def test_a_graceful_stop_and_a_kill_of_one_of_two_tritons_fail_no_call(
     two_tritons: tuple[TritonProcess, TritonProcess], caplog: pytest.LogCaptureFixture
 ) -> None:
     first, second = two_tritons
     caplog.set_level(logging.INFO, logger="gateway.upstreams.triton")
 
-    async def scenario() -> None:
-        settings = TritonSettings(url=f"ipv4:{first.grpc_url},{second.grpc_url}", timeout_seconds=10)
-        async with TritonClient(settings) as client, Load(client) as load:
-            await until(lambda: load.calls > 50, 60, "the load started")
+    settings = TritonSettings(url=f"ipv4:{first.grpc_url},{second.grpc_url}", timeout_seconds=10)
+    async with TritonClient(settings) as client, Load(client) as load:
+        await until(lambda: load.calls > 50, 60, "the load started")
 
-            # A graceful stop: Triton keeps its port open while it drains and answers "stopping" meanwhile.
-            stopping = asyncio.create_task(asyncio.to_thread(first.stop))
-            await until(lambda: outage_logs(caplog, first.grpc_url)[0] == 1, 15, "the stopping Triton left rotation")
-            before = load.calls
-            await stopping
-            await until(lambda: load.calls > before + 50, 30, "calls went on on the other Triton")
-            await restart(first)
-            await until(lambda: outage_logs(caplog, first.grpc_url) == (1, 1), 15, "back in rotation once ready")
+        # A graceful stop: Triton keeps its port open while it drains and answers "stopping" meanwhile.
+        stopping = asyncio.create_task(asyncio.to_thread(first.stop))
+        await until(lambda: outage_logs(caplog, first.grpc_url)[0] == 1, 15, "the stopping Triton left rotation")
+        before = load.calls
+        await stopping
+        await until(lambda: load.calls > before + 50, 30, "calls went on on the other Triton")
+        await restart(first)
+        await until(lambda: outage_logs(caplog, first.grpc_url) == (1, 1), 15, "back in rotation once ready")
 
-            # A kill: the calls in flight on it fail mid-call and go to the other Triton.
-            kill_container(second)
-            before = load.calls
-            await until(lambda: load.calls > before + 50, 30, "calls went on on the surviving Triton")
-            await restart(second)
-            await until(lambda: outage_logs(caplog, second.grpc_url) == (1, 1), 15, "back in rotation once ready")
-            assert client.open_channels == 2, "one channel per Triton"
+        # A kill: the calls in flight on it fail mid-call and go to the other Triton.
+        kill_container(second)
+        before = load.calls
+        await until(lambda: load.calls > before + 50, 30, "calls went on on the surviving Triton")
+        await restart(second)
+        await until(lambda: outage_logs(caplog, second.grpc_url) == (1, 1), 15, "back in rotation once ready")
+        assert client.open_channels == 2, "one channel per Triton"
 
-        assert load.failures == [], f"{len(load.failures)} of {load.calls} calls failed: {load.failures[:3]}"
-        assert outage_logs(caplog, first.grpc_url) == (1, 1), "one WARNING and one INFO per outage"
-        assert outage_logs(caplog, second.grpc_url) == (1, 1)
-
-    asyncio.run(scenario())
+    assert load.failures == [], f"{len(load.failures)} of {load.calls} calls failed: {load.failures[:3]}"
+    assert outage_logs(caplog, first.grpc_url) == (1, 1), "one WARNING and one INFO per outage"
+    assert outage_logs(caplog, second.grpc_url) == (1, 1)
 
 
-def test_a_failed_call_resolves_the_name_again_and_goes_to_the_replacement_at_once(
+async def test_a_failed_call_resolves_the_name_again_and_goes_to_the_replacement_at_once(
     two_tritons: tuple[TritonProcess, TritonProcess],
 ) -> None:
     """A rollout replaces a pod by one at a new address: the name's next resolution gives it, and the call that
@@ -146,16 +143,13 @@ def test_a_failed_call_resolves_the_name_again_and_goes_to_the_replacement_at_on
         lookups.append(host)
         return answers["now"]
 
-    async def scenario() -> None:
-        settings = TritonSettings(url="dns:///triton.example:8001", channel_max_age_seconds=3600, timeout_seconds=10)
-        async with TritonClient(settings, resolve=resolve) as client:
-            assert (await client.embed(["before the rollout"])).vectors.shape[0] == 1
-            assert lookups == ["triton.example"]
-            answers["now"] = [new.grpc_url]
-            await asyncio.to_thread(old.stop)
-            assert (await client.embed(["during the rollout"])).vectors.shape[0] == 1, "made on the replacement"
-            assert len(lookups) == 2, "resolved again when the call failed"
-            assert client.open_channels == 1, "the old address's channel closed"
-        await restart(old)
-
-    asyncio.run(scenario())
+    settings = TritonSettings(url="dns:///triton.example:8001", channel_max_age_seconds=3600, timeout_seconds=10)
+    async with TritonClient(settings, resolve=resolve) as client:
+        assert (await client.embed(["before the rollout"])).vectors.shape[0] == 1
+        assert lookups == ["triton.example"]
+        answers["now"] = [new.grpc_url]
+        await asyncio.to_thread(old.stop)
+        assert (await client.embed(["during the rollout"])).vectors.shape[0] == 1, "made on the replacement"
+        assert len(lookups) == 2, "resolved again when the call failed"
+        assert client.open_channels == 1, "the old address's channel closed"
+    await restart(old)

@@ -1,4 +1,4 @@
-"""Image tasks end to end: a real gateway (SQLite task store) in front of the Pika (fal queue) simulator.
+"""Video tasks end to end: a real gateway (SQLite task store) in front of the Pika (fal queue) simulator.
 
 The simulator signs its webhooks with its own Ed25519 key and publishes it as JWKS; the gateway verifies
 them with the real `FalWebhookVerifier`. No Triton is needed: the gateway points at a closed port.
@@ -38,7 +38,7 @@ from tests.helpers.running_gateway import RunningGateway, scratch_dir
 pytestmark = pytest.mark.slow
 
 KEY = "fal-key-secret"
-NO_TRITON = "127.0.0.1:9"  # image tasks do not need Triton
+NO_TRITON = "127.0.0.1:9"  # video tasks do not need Triton
 
 
 def start_image_gateway(
@@ -122,7 +122,7 @@ def test_submit_answers_202_before_the_upstream_is_called_and_the_webhook_comple
 ) -> None:
     pika_simulator.config.submit_delay_seconds = 1.0  # a slow upstream must not slow the answer
     # The gateways run in the test process and share its metrics: counted from here, not from earlier tests.
-    applied = metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="applied")
+    applied = metric(http, image_gateway.base_url, "gateway_video_callbacks_total", result="applied")
     started = time.monotonic()
     answer = submit(http, image_gateway, {"prompt": "a red fox in snow", "width": 1280, "height": 720, "seed": 7})
     elapsed = time.monotonic() - started
@@ -138,7 +138,7 @@ def test_submit_answers_202_before_the_upstream_is_called_and_the_webhook_comple
     assert sent == {"prompt": "a red fox in snow", "aspect_ratio": "16:9", "resolution": "720p", "seed": 7}
     assert pika_simulator.stats.last_headers["authorization"] == f"Key {KEY}"
     assert pika_simulator.stats.status_polls == 0  # the webhook came: no polling
-    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="applied") == applied + 1
+    assert metric(http, image_gateway.base_url, "gateway_video_callbacks_total", result="applied") == applied + 1
 
 
 def test_every_callback_lost_the_task_completes_by_polling(
@@ -147,12 +147,12 @@ def test_every_callback_lost_the_task_completes_by_polling(
     pika_simulator.config.callback_loss_rate = 1.0
     pika_simulator.config.status_failure_rate = 0.3  # a flaky status endpoint only delays the outcome
     gateway = start_image_gateway(gateway_factory, pika_simulator, callback_grace_seconds=0.2)
-    before = metric(http, gateway.base_url, "gateway_image_tasks_completed_by_polling_total")
+    before = metric(http, gateway.base_url, "gateway_video_tasks_completed_by_polling_total")
     ids = [submit(http, gateway, {"prompt": f"scene {i}"}).json()["id"] for i in range(3)]
     for task_id in ids:
         assert wait_until_done(http, gateway, task_id)["status"] == "completed"
     assert pika_simulator.stats.callbacks_lost == 3 and pika_simulator.stats.status_polls >= 3
-    assert metric(http, gateway.base_url, "gateway_image_tasks_completed_by_polling_total") == before + 3
+    assert metric(http, gateway.base_url, "gateway_video_tasks_completed_by_polling_total") == before + 3
 
 
 def test_an_ok_webhook_without_its_payload_has_the_result_fetched_at_once(
@@ -161,11 +161,11 @@ def test_an_ok_webhook_without_its_payload_has_the_result_fetched_at_once(
     """fal sends `"payload": null` and a `payload_error` when it could not attach the output: the task is
     polled then (well before its webhook grace time), not completed with an empty result."""
     pika_simulator.config.payload_errors = True
-    before = metric(http, image_gateway.base_url, "gateway_image_tasks_completed_by_polling_total")
+    before = metric(http, image_gateway.base_url, "gateway_video_tasks_completed_by_polling_total")
     done = wait_until_done(http, image_gateway, submit(http, image_gateway).json()["id"], timeout=10.0)
     assert done["status"] == "completed" and done["urls"] == [done["result"]["video"]["url"]]
     assert pika_simulator.stats.callbacks_sent == 1 and pika_simulator.stats.status_polls >= 1
-    assert metric(http, image_gateway.base_url, "gateway_image_tasks_completed_by_polling_total") == before + 1
+    assert metric(http, image_gateway.base_url, "gateway_video_tasks_completed_by_polling_total") == before + 1
 
 
 def test_without_a_public_url_tasks_are_polled_from_the_start(
@@ -191,7 +191,7 @@ def test_duplicate_and_out_of_order_callbacks_leave_the_right_final_state(
 ) -> None:
     pika_simulator.config.duplicate_callbacks = True
     pika_simulator.config.out_of_order = True
-    duplicates = metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="duplicate")
+    duplicates = metric(http, image_gateway.base_url, "gateway_video_callbacks_total", result="duplicate")
     task_id = submit(http, image_gateway).json()["id"]
     done = wait_until_done(http, image_gateway, task_id)
     assert done["status"] == "completed"
@@ -207,7 +207,7 @@ def test_duplicate_and_out_of_order_callbacks_leave_the_right_final_state(
     late = http.post(webhook_url(pika_simulator, request_id), content=raw, headers=headers)
     assert late.status_code == 200 and late.json()["status"] == "completed"
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json() == done
-    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="duplicate") >= duplicates + 3
+    assert metric(http, image_gateway.base_url, "gateway_video_callbacks_total", result="duplicate") >= duplicates + 3
 
 
 def _request_id(simulator: RunningPikaSimulator) -> str:
@@ -241,7 +241,7 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     assert task["status"] == "processing"
     request_id = _request_id(pika_simulator)
     url = webhook_url(pika_simulator, request_id)
-    assert url.startswith(f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}?attempt=1&token=")
+    assert url.startswith(f"{image_gateway.base_url}/v1/callbacks/video/{task_id}?attempt=1&token=")
     ok = {"request_id": request_id, "status": "OK", "payload": {"video": {"url": "https://example.com/x.mp4"}}}
     stale_raw, stale_headers = signed_webhook(pika_simulator, request_id, ok, timestamp=int(time.time()) - 600)
     stale = http.post(url, content=stale_raw, headers=stale_headers)
@@ -253,9 +253,9 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     assert unsigned.status_code == 401 and "x-fal-webhook-signature" in unsigned.json()["error"]["message"]
     # Signed by fal, but not to the URL this gateway gave the job: e.g. another fal customer's job
     # submitted with this task's callback address.
-    plain = f"{image_gateway.base_url}/v1/callbacks/pika/{task_id}"
+    plain = f"{image_gateway.base_url}/v1/callbacks/video/{task_id}"
     another_tasks = WebhookUrls(None, SecretStr(KEY)).token("task_other", 1)
-    bad_tokens = metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="bad_token")
+    bad_tokens = metric(http, image_gateway.base_url, "gateway_video_callbacks_total", result="bad_token")
     untokened_urls = (plain, f"{plain}?attempt=1&token={'0' * 32}", f"{plain}?attempt=1&token={another_tasks}")
     for untokened in untokened_urls:
         refused = http.post(untokened, content=raw, headers=headers)
@@ -268,9 +268,9 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
     assert not any("token" in m for m in refusals), refusals
     token_lines = [r.getMessage() for r in caplog.records if r.name == "gateway.upstreams.webhooks"]
     assert len(token_lines) == 1 and "refused for a wrong or missing URL token" in token_lines[0], token_lines
-    assert metric(http, image_gateway.base_url, "gateway_image_callbacks_total", result="bad_token") == bad_tokens + 3
+    assert metric(http, image_gateway.base_url, "gateway_video_callbacks_total", result="bad_token") == bad_tokens + 3
     assert not any(another_tasks in m or "0" * 32 in m for m in refusals + token_lines)  # tokens are not logged
-    unknown_url = f"{image_gateway.base_url}/v1/callbacks/pika/task_unknown"
+    unknown_url = f"{image_gateway.base_url}/v1/callbacks/video/task_unknown"
     unknown_token = WebhookUrls(None, SecretStr(KEY)).token("task_unknown", 1)
     unknown = http.post(f"{unknown_url}?attempt=1&token={unknown_token}", content=raw, headers=headers)
     assert unknown.status_code == 404
@@ -466,7 +466,7 @@ def test_invalid_json_is_a_400_and_a_missing_key_a_503_naming_it(
         video=VideoSettings(base_url=pika_simulator.base_url, webhook_jwks_url=pika_simulator.jwks_url),
     )
     answer = submit(http, unkeyed)
-    assert answer.status_code == 503 and "PIKA_API_KEY" in answer.json()["error"]["message"]
+    assert answer.status_code == 503 and "VIDEO_API_KEY" in answer.json()["error"]["message"]
     assert http.get(f"{unkeyed.base_url}/v1/tasks/task_x").status_code == 404  # the rest still answers
     assert http.get(f"{unkeyed.base_url}/readyz").json()["checks"]["tasks"] == "ok"
 

@@ -1,4 +1,4 @@
-"""Image tasks across real `python -m gateway` processes: a SIGKILL mid-flight, and two replicas on one Redis.
+"""Video tasks across real `python -m gateway` processes: a SIGKILL mid-flight, and two replicas on one Redis.
 
 Each gateway is a subprocess on free ports in front of the Pika (fal queue) simulator, which runs in this
 process (`pika_simulator`), so the tests read what the upstream saw from `.stats`. No Triton is needed: the
@@ -58,13 +58,13 @@ def test_sigkill_with_20_tasks_in_flight_then_restart_finishes_every_task(
         TASKS_SQLITE_PATH=str(database),
         TASKS_LEASE_SECONDS="2",
         TASKS_SCAN_INTERVAL_SECONDS="0.1",
-        PIKA_CALLBACK_GRACE_SECONDS="1",
-        PIKA_POLL_INITIAL_SECONDS="0.2",
-        PIKA_POLL_MAX_SECONDS="1",
-        PIKA_MAX_CONCURRENT_SUBMITS="2",
-        PIKA_SUBMITS_PER_SECOND="10",  # 20 tasks take ~2 s to submit: some are still pending at the kill
-        PIKA_TASK_TIMEOUT_SECONDS="60",
-        PIKA_UNKNOWN_SUBMIT_WAIT_SECONDS="3",  # the lost jobs' webhooks are given up while the process is down
+        VIDEO_CALLBACK_GRACE_SECONDS="1",
+        VIDEO_POLL_INITIAL_SECONDS="0.2",
+        VIDEO_POLL_MAX_SECONDS="1",
+        VIDEO_MAX_CONCURRENT_SUBMITS="2",
+        VIDEO_SUBMITS_PER_SECOND="10",  # 20 tasks take ~2 s to submit: some are still pending at the kill
+        VIDEO_TASK_TIMEOUT_SECONDS="60",
+        VIDEO_UNKNOWN_SUBMIT_WAIT_SECONDS="3",  # the lost jobs' webhooks are given up while the process is down
     )
     first = gateways.create("first", port, variables).start()
     stats = pika_simulator.stats
@@ -90,7 +90,7 @@ def test_sigkill_with_20_tasks_in_flight_then_restart_finishes_every_task(
     killed_at = {"submitted": stats.submitted, **counts}
 
     # While the gateway is down, jobs end and their webhooks fail every attempt: the simulator gives them up.
-    # At most PIKA_MAX_CONCURRENT_SUBMITS of those jobs can be orphans (see below), so with 3 given up at
+    # At most VIDEO_MAX_CONCURRENT_SUBMITS of those jobs can be orphans (see below), so with 3 given up at
     # least one belongs to a task whose end only polling can find.
     deadline = time.monotonic() + 10
     while stats.callbacks_failed < 3:
@@ -109,11 +109,11 @@ def test_sigkill_with_20_tasks_in_flight_then_restart_finishes_every_task(
     assert Counter(task["status"] for task in tasks.values())["completed"] == 20, f"{tasks}\n{diagnostics()}"
     # A submit in flight when the process died may have reached the simulator without its answer reaching the
     # store: the task is still pending with a call of unknown outcome. Its job's webhook was given up while the
-    # process was down, so after PIKA_UNKNOWN_SUBMIT_WAIT_SECONDS the new process submits it again
+    # process was down, so after VIDEO_UNKNOWN_SUBMIT_WAIT_SECONDS the new process submits it again
     # (test_video_submit_crash.py has fal retry its webhooks as long as it does, and no task runs twice).
     assert stats.submitted >= 20, diagnostics()
     assert stats.submitted <= 20 + 2, f"more resubmissions than submits in flight at the kill\n{diagnostics()}"
-    by_polling = metric(http, second.base_url, "gateway_image_tasks_completed_by_polling_total")
+    by_polling = metric(http, second.base_url, "gateway_video_tasks_completed_by_polling_total")
     records = [stored_records(database)[task_id] for task_id in task_ids]
     completed_by = Counter(record["completed_by"] for record in records)
     # The restarted process's counter covers the tasks it ended (none can end before the kill: jobs take 2 s).
@@ -153,7 +153,7 @@ def test_two_replicas_on_redis_callback_on_one_replica_completes_the_task_watche
         REDIS_URL=redis_url,
         GATEWAY_PUBLIC_URL=f"http://127.0.0.1:{port_b}",
         TASKS_SCAN_INTERVAL_SECONDS="0.1",
-        PIKA_CALLBACK_GRACE_SECONDS="30",  # no polling: only B's webhook can end the task
+        VIDEO_CALLBACK_GRACE_SECONDS="30",  # no polling: only B's webhook can end the task
     )
     a = gateways.create("a", port_a, common)
     b = gateways.create("b", port_b, common)
@@ -189,8 +189,8 @@ def test_two_replicas_on_redis_callback_on_one_replica_completes_the_task_watche
     print(f"A's watcher saw B's change {completed_on_a - completed_on_b:+.3f} s after B's GET did; events: {seen}")
     assert completed_on_a - completed_on_b < 1.0, f"A's watcher saw it {completed_on_a - completed_on_b:.2f} s late"
     assert http.get(f"{a.base_url}/v1/tasks/{task_id}").json()["status"] == "completed"
-    applied_b = metric(http, b.base_url, "gateway_image_callbacks_total", result="applied")
-    applied_a = metric(http, a.base_url, "gateway_image_callbacks_total", result="applied")
+    applied_b = metric(http, b.base_url, "gateway_video_callbacks_total", result="applied")
+    applied_a = metric(http, a.base_url, "gateway_video_callbacks_total", result="applied")
     assert applied_b >= 1 and applied_a == 0, f"applied: a={applied_a} b={applied_b}\n{diagnostics()}"
     assert stats.status_polls == 0 and stats.submitted == 1, diagnostics()
 
@@ -203,8 +203,8 @@ def test_two_replicas_on_redis_poll_each_task_one_at_a_time(
         pika_simulator,
         REDIS_URL=redis_url,  # no GATEWAY_PUBLIC_URL: no webhooks, tasks are polled from the start
         TASKS_SCAN_INTERVAL_SECONDS="0.05",
-        PIKA_POLL_INITIAL_SECONDS="0.4",
-        PIKA_POLL_MAX_SECONDS="0.4",  # a fixed interval
+        VIDEO_POLL_INITIAL_SECONDS="0.4",
+        VIDEO_POLL_MAX_SECONDS="0.4",  # a fixed interval
     )
     replicas = [gateways.create(name, free_port(), common) for name in ("a", "b")]
     for replica in [replica.launch() for replica in replicas]:

@@ -2,7 +2,7 @@
 
 The Pika simulator answers each submit after 0.5 s (the job exists once it answers, whether or not the answer
 arrives); 40 tasks are accepted and the gateway is killed 0.75 s after the last 202, with
-`PIKA_MAX_CONCURRENT_SUBMITS` (4) calls in flight. The restarted gateway finds those tasks with a submit of
+`VIDEO_MAX_CONCURRENT_SUBMITS` (4) calls in flight. The restarted gateway finds those tasks with a submit of
 unknown outcome. With webhooks, the lost jobs' webhooks (fal retries them while the gateway is down) adopt
 them before the wait for them ends: no task runs twice upstream; with no wait (and no request history), the tasks
 are submitted again and the lost jobs are cancelled when their webhooks come. Without webhooks, fal's request
@@ -70,16 +70,16 @@ def test_sigkill_mid_submit_then_restart_runs_no_task_twice_upstream(
         pika_simulator,
         TASKS_LEASE_SECONDS="2",
         TASKS_SCAN_INTERVAL_SECONDS="0.1",
-        PIKA_MAX_CONCURRENT_SUBMITS=str(CONCURRENT_SUBMITS),
-        PIKA_CALLBACK_GRACE_SECONDS="5",
-        PIKA_POLL_INITIAL_SECONDS="0.3",
-        PIKA_POLL_MAX_SECONDS="1",
-        PIKA_UNKNOWN_SUBMIT_WAIT_SECONDS=str(wait),
-        PIKA_LOST_JOB_LOOKUP_SECONDS="1",
-        PIKA_TASK_TIMEOUT_SECONDS="120",
+        VIDEO_MAX_CONCURRENT_SUBMITS=str(CONCURRENT_SUBMITS),
+        VIDEO_CALLBACK_GRACE_SECONDS="5",
+        VIDEO_POLL_INITIAL_SECONDS="0.3",
+        VIDEO_POLL_MAX_SECONDS="1",
+        VIDEO_UNKNOWN_SUBMIT_WAIT_SECONDS=str(wait),
+        VIDEO_LOST_JOB_LOOKUP_SECONDS="1",
+        VIDEO_TASK_TIMEOUT_SECONDS="120",
     )
     if not wait:
-        variables["PIKA_PLATFORM_URL"] = ""  # webhooks alone: the lost jobs are cancelled when they come
+        variables["VIDEO_PLATFORM_URL"] = ""  # webhooks alone: the lost jobs are cancelled when they come
     if webhooks:
         variables["GATEWAY_PUBLIC_URL"] = f"http://127.0.0.1:{port}"
     if store == "redis":
@@ -105,8 +105,8 @@ def test_sigkill_mid_submit_then_restart_runs_no_task_twice_upstream(
     tracked = {url.split("/")[-2] for task in tasks.values() for url in task["urls"]}  # .../{request_id}/video.mp4
     orphans = [request_id for request_id in list(jobs) if request_id not in tracked]
     cancelled = set(stats.cancelled_requests)
-    adopted = metric(http, second.base_url, "gateway_image_callbacks_total", result="adopted")
-    found = metric(http, second.base_url, "gateway_image_lost_job_lookups_total", result="found")
+    adopted = metric(http, second.base_url, "gateway_video_callbacks_total", result="adopted")
+    found = metric(http, second.base_url, "gateway_video_lost_job_lookups_total", result="found")
     print(
         f"{store}, webhooks {'on' if webhooks else 'off'}, wait {wait:g} s: "
         f"{len(jobs)} jobs upstream for {TASKS} tasks, {duplicates} duplicates, "

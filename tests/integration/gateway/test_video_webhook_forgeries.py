@@ -2,7 +2,7 @@
 
 The JWKS host is a socket that accepts connections and never answers (it counts them), or a closed port.
 A call without the URL token must get 401 without a connection to it; only a call with the token may cause a
-JWKS fetch, and that fetch ends at its deadline (`PIKA_WEBHOOK_JWKS_TIMEOUT_SECONDS`).
+JWKS fetch, and that fetch ends at its deadline (`VIDEO_WEBHOOK_JWKS_TIMEOUT_SECONDS`).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def start_gateway(factory: Callable[..., RunningGateway], jwks_url: str) -> Runn
 
 def forge(http: httpx.Client, gateway: RunningGateway, query: str = "") -> httpx.Response:
     return http.post(
-        f"{gateway.base_url}/v1/callbacks/pika/task_victim{query}", content=FORGED_BODY, headers=forged_headers()
+        f"{gateway.base_url}/v1/callbacks/video/task_victim{query}", content=FORGED_BODY, headers=forged_headers()
     )
 
 
@@ -102,7 +102,7 @@ def test_forged_webhooks_without_the_url_token_get_401_and_never_reach_the_jwks_
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway")
     gateway = start_gateway(gateway_factory, f"http://127.0.0.1:{silent_host.port}/.well-known/jwks.json")
-    before = metric(http, gateway.base_url, "gateway_image_callbacks_total", result="bad_token")
+    before = metric(http, gateway.base_url, "gateway_video_callbacks_total", result="bad_token")
     wrong = WebhookUrls(None, SecretStr("another-key")).token("task_victim", 1)
     queries = ["", "?token=", "?attempt=1&token=" + "0" * 32, f"?attempt=1&token={wrong}", "?attempt=2&token=x"]
     slowest = 0.0
@@ -114,7 +114,7 @@ def test_forged_webhooks_without_the_url_token_get_401_and_never_reach_the_jwks_
         assert answer.json()["error"]["code"] == "invalid_signature" and "token" in answer.json()["error"]["message"]
     assert silent_host.connections == [], "a forged webhook caused a connection to the JWKS host"
     assert slowest < 0.5, f"a forged webhook was held {slowest:.2f} s"  # nothing to wait for: no outbound call
-    assert metric(http, gateway.base_url, "gateway_image_callbacks_total", result="bad_token") == before + 50
+    assert metric(http, gateway.base_url, "gateway_video_callbacks_total", result="bad_token") == before + 50
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "refused" in r.getMessage()]
     assert len(lines) == 1 and lines[0].startswith("1 webhook(s) refused"), lines  # 50 refusals, one line
 

@@ -4,7 +4,6 @@ engine that fails a search answers unavailable, naming the store."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import uuid
@@ -44,7 +43,7 @@ def search_threads(root: Path, name: str) -> Any:
     return config.get("max_search_threads")
 
 
-def test_shards_search_with_one_engine_thread_also_old_ones_and_indexed_copies(tmp_path: Path) -> None:
+async def test_shards_search_with_one_engine_thread_also_old_ones_and_indexed_copies(tmp_path: Path) -> None:
     root = tmp_path / "search"
     new, old = collection(), collection()
     documents = writes(1500)
@@ -57,26 +56,23 @@ def test_shards_search_with_one_engine_thread_also_old_ones_and_indexed_copies(t
     write_record(root / "collections", old)
     assert search_threads(root, old.name) is None
 
-    async def scenario() -> None:
-        store = EmbeddedStore(root, index_after_points=1000, indexing_threshold_kb=1)
-        try:
-            await store.create_collection(new)
-            assert search_threads(root, new.name) == SEARCH_THREADS
-            await store.upsert(old.name, documents, now=1)  # opens the old shard, then indexes a copy of it
-            assert search_threads(root, old.name) == SEARCH_THREADS
-            await store.wait_indexed()
-            assert live_folder(root / "collections" / old.name).name != LIVE  # the indexed copy is live
-            assert search_threads(root, old.name) == SEARCH_THREADS
-            for n in (0, 700, 1499):
-                hits = await store.search(old.name, documents[n].vector, 1, None, None)
-                assert hits[0].id == str(n)
-        finally:
-            await store.aclose()
-
-    asyncio.run(scenario())
+    store = EmbeddedStore(root, index_after_points=1000, indexing_threshold_kb=1)
+    try:
+        await store.create_collection(new)
+        assert search_threads(root, new.name) == SEARCH_THREADS
+        await store.upsert(old.name, documents, now=1)  # opens the old shard, then indexes a copy of it
+        assert search_threads(root, old.name) == SEARCH_THREADS
+        await store.wait_indexed()
+        assert live_folder(root / "collections" / old.name).name != LIVE  # the indexed copy is live
+        assert search_threads(root, old.name) == SEARCH_THREADS
+        for n in (0, 700, 1499):
+            hits = await store.search(old.name, documents[n].vector, 1, None, None)
+            assert hits[0].id == str(n)
+    finally:
+        await store.aclose()
 
 
-def test_a_search_runs_off_the_loops_thread_and_a_failing_engine_answers_unavailable(
+async def test_a_search_runs_off_the_loops_thread_and_a_failing_engine_answers_unavailable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     created = collection()
@@ -91,21 +87,18 @@ def test_a_search_runs_off_the_loops_thread_and_a_failing_engine_answers_unavail
     monkeypatch.setattr(embedded_points, "query", watched)
     labels = {"store": "embedded", "operation": "watched"}
 
-    async def scenario() -> None:
-        store = EmbeddedStore(tmp_path / "search")
-        try:
-            await store.create_collection(created)
-            await store.upsert(created.name, documents, now=1)
-            assert (await store.search(created.name, documents[4].vector, 1, None, None))[0].id == "4"
-            assert len(ran_on) == 1 and ran_on[0] != threading.get_ident(), "the engine's call holds no request up"
-            errors = REGISTRY.get_sample_value("gateway_search_store_errors_total", labels) or 0.0
-            store._shards[created.name].close()  # the engine now fails every call on this shard
-            with pytest.raises(SearchStoreUnavailableError) as failed:
-                await store.search(created.name, documents[4].vector, 1, None, None)
-            assert "search store (embedded)" in failed.value.message and failed.value.status_code == 503
-            assert REGISTRY.get_sample_value("gateway_search_store_errors_total", labels) == errors + 1
-        finally:
-            store._shards.clear()  # closed above already
-            await store.aclose()
-
-    asyncio.run(scenario())
+    store = EmbeddedStore(tmp_path / "search")
+    try:
+        await store.create_collection(created)
+        await store.upsert(created.name, documents, now=1)
+        assert (await store.search(created.name, documents[4].vector, 1, None, None))[0].id == "4"
+        assert len(ran_on) == 1 and ran_on[0] != threading.get_ident(), "the engine's call holds no request up"
+        errors = REGISTRY.get_sample_value("gateway_search_store_errors_total", labels) or 0.0
+        store._shards[created.name].close()  # the engine now fails every call on this shard
+        with pytest.raises(SearchStoreUnavailableError) as failed:
+            await store.search(created.name, documents[4].vector, 1, None, None)
+        assert "search store (embedded)" in failed.value.message and failed.value.status_code == 503
+        assert REGISTRY.get_sample_value("gateway_search_store_errors_total", labels) == errors + 1
+    finally:
+        store._shards.clear()  # closed above already
+        await store.aclose()

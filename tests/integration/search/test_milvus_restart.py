@@ -57,7 +57,7 @@ async def search_once_serving(store: MilvusStore, name: str, vector: np.ndarray[
             await asyncio.sleep(0.5)
 
 
-def test_a_restarted_milvus_serves_every_document_it_held(own_milvus: MilvusStandalone) -> None:
+async def test_a_restarted_milvus_serves_every_document_it_held(own_milvus: MilvusStandalone) -> None:
     name = f"c-{uuid.uuid4().hex[:8]}"
     store = MilvusStore(own_milvus.uri, None, timeout_seconds=5)
 
@@ -91,10 +91,7 @@ def test_a_restarted_milvus_serves_every_document_it_held(own_milvus: MilvusStan
         await store.upsert(name, [write(ROWS)], now=4)
         assert [hit.id for hit in await store.search(name, unit(ROWS), 1, None, None)] == [f"d{ROWS}"]
 
-    async def run() -> None:
-        try:
-            await scenario()
-        finally:
-            await store.aclose()
-
-    asyncio.run(run())
+    try:
+        await scenario()
+    finally:
+        await store.aclose()

@@ -8,7 +8,8 @@ import asyncio
 import dataclasses
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -72,20 +73,10 @@ def collection(name: str | None = None) -> Collection:
     return Collection(name or f"c-{uuid.uuid4().hex[:8]}", "model", "rev1", DIMENSIONS, 1_700_000_000, None, {"k": 1})
 
 
-def run(store: VectorStore, scenario: Callable[[VectorStore], Awaitable[None]]) -> None:
-    async def main() -> None:
-        try:
-            await scenario(store)
-        finally:
-            await store.aclose()
-
-    asyncio.run(main())
-
-
-def test_collections_are_created_listed_counted_and_deleted(store_factory: StoreFactory) -> None:
+async def test_collections_are_created_listed_counted_and_deleted(store_factory: StoreFactory) -> None:
     created = collection()
 
-    async def scenario(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         await store.create_collection(created)
         with pytest.raises(CollectionExistsError):
             await store.create_collection(created)
@@ -99,13 +90,11 @@ def test_collections_are_created_listed_counted_and_deleted(store_factory: Store
             await store.search(created.name, unit(1), 3, None, None)
         assert created.name not in [c.name for c in await store.list_collections()]
 
-    run(store_factory(), scenario)
 
-
-def test_upsert_replaces_and_keeps_created_at(store_factory: StoreFactory) -> None:
+async def test_upsert_replaces_and_keeps_created_at(store_factory: StoreFactory) -> None:
     created = collection()
 
-    async def scenario(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, DOCUMENTS, now=100)
         await store.upsert(created.name, [DocumentWrite("a", "alpha 2", {"v": 2}, unit(9))], now=200)
@@ -122,15 +111,13 @@ def test_upsert_replaces_and_keeps_created_at(store_factory: StoreFactory) -> No
         assert await store.delete_documents(created.name, ["a", "d/1", "missing"]) == 2
         assert await store.get_documents(created.name, ["a", "d/1"]) == []
 
-    run(store_factory(), scenario)
 
-
-def test_a_reindex_walks_every_document_replaces_vectors_and_rewrites_the_record(
+async def test_a_reindex_walks_every_document_replaces_vectors_and_rewrites_the_record(
     store_factory: StoreFactory,
 ) -> None:
     created = collection()
 
-    async def scenario(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, DOCUMENTS, now=100)
         seen: list[str] = []
@@ -154,14 +141,9 @@ def test_a_reindex_walks_every_document_replaces_vectors_and_rewrites_the_record
         with pytest.raises(CollectionNotFoundError):
             await store.update_collection(collection())
 
-    run(store_factory(), scenario)
-    reopened = store_factory()
-
-    async def after_reopen(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         record = await store.get_collection(created.name)
         assert (record.model_revision, record.reindex_task, record.documents) == ("rev2", "reindex_1", 4)
-
-    run(reopened, after_reopen)
 
 
 FILTERS: list[tuple[dict[str, Any], set[str]]] = [
@@ -190,23 +172,21 @@ FILTERS: list[tuple[dict[str, Any], set[str]]] = [
 ]
 
 
-def test_every_filter_operator_and_no_injection(store_factory: StoreFactory) -> None:
+async def test_every_filter_operator_and_no_injection(store_factory: StoreFactory) -> None:
     created = collection()
 
-    async def scenario(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, DOCUMENTS, now=100)
         for raw, expected in FILTERS:
             hits = await store.search(created.name, unit(1), 10, parse_filter(raw), None)
             assert {hit.id for hit in hits} == expected, raw
 
-    run(store_factory(), scenario)
 
-
-def test_min_score_and_delete_by_filter(store_factory: StoreFactory) -> None:
+async def test_min_score_and_delete_by_filter(store_factory: StoreFactory) -> None:
     created = collection()
 
-    async def scenario(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, DOCUMENTS, now=100)
         hits = await store.search(created.name, unit(1), 10, None, 0.999)
@@ -215,38 +195,30 @@ def test_min_score_and_delete_by_filter(store_factory: StoreFactory) -> None:
         assert await store.delete_matching(created.name, parse_filter({"price": {"$gte": 50}})) == 2
         assert (await store.get_collection(created.name)).documents == 2
 
-    run(store_factory(), scenario)
 
-
-def test_everything_written_is_there_after_a_reopen(store_factory: StoreFactory) -> None:
+async def test_everything_written_is_there_after_a_reopen(store_factory: StoreFactory) -> None:
     created = collection()
 
-    async def write(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, DOCUMENTS, now=100)
 
-    async def read(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         assert await store.get_collection(created.name) == created.counted(4)
         hits = await store.search(created.name, unit(2), 1, None, None)
         assert hits[0].id == "b" and hits[0].metadata == {"lang": "en", "price": 50.5, "ok": False}
 
-    run(store_factory(), write)
-    run(store_factory(), read)
+
+async def test_a_milvus_that_does_not_answer_is_unavailable_not_fatal() -> None:
+    store = MilvusStore(f"http://127.0.0.1:{free_port()}", None, timeout_seconds=1)
+    assert await store.ready() is False
+    with pytest.raises(SearchStoreUnavailableError) as error:
+        await store.search("c", unit(1), 3, None, None)
+    assert "milvus" in error.value.message and error.value.status_code == 503
+    await store.aclose()
 
 
-def test_a_milvus_that_does_not_answer_is_unavailable_not_fatal() -> None:
-    async def scenario() -> None:
-        store = MilvusStore(f"http://127.0.0.1:{free_port()}", None, timeout_seconds=1)
-        assert await store.ready() is False
-        with pytest.raises(SearchStoreUnavailableError) as error:
-            await store.search("c", unit(1), 3, None, None)
-        assert "milvus" in error.value.message and error.value.status_code == 503
-        await store.aclose()
-
-    asyncio.run(scenario())
-
-
-def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_writes(tmp_path: Path) -> None:
+async def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_writes(tmp_path: Path) -> None:
     created = collection()
     rng = np.random.default_rng(5)
     vectors = rng.standard_normal((3000, DIMENSIONS)).astype(np.float32)
@@ -257,7 +229,7 @@ def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_wr
     def store() -> EmbeddedStore:
         return EmbeddedStore(tmp_path / "search", index_after_points=1000, indexing_threshold_kb=1)
 
-    async def scenario(embedded: VectorStore) -> None:
+    async with aclosing(store()) as embedded:
         assert isinstance(embedded, EmbeddedStore)
         await embedded.create_collection(created)
         await embedded.upsert(created.name, writes[:2000], now=1)  # starts a build of these 2,000
@@ -279,16 +251,13 @@ def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_losing_wr
         assert hits[0].id == "2500"
         assert await embedded.get_documents(created.name, ["0"]) == []
 
-    async def reopened(embedded: VectorStore) -> None:
+    async with aclosing(store()) as embedded:
         assert (await embedded.get_collection(created.name)).documents == 2999
         hits = await embedded.search(created.name, writes[7].vector, 1, parse_filter({"n": {"$lt": 10}}), None)
         assert hits[0].id == "7"
 
-    run(store(), scenario)
-    run(store(), reopened)
 
-
-def test_searches_never_wait_for_an_index_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_searches_never_wait_for_an_index_swap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The swap's load of the indexed copy is held on purpose: searches, gets and counts are answered meanwhile
     (from the old shard), and after it from the new one; the old one is closed only once no read uses it."""
     created = collection()
@@ -304,7 +273,9 @@ def test_searches_never_wait_for_an_index_swap(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(embedded_module, "load_indexed", held_load)
 
-    async def scenario(embedded: VectorStore) -> None:
+    async with aclosing(
+        EmbeddedStore(tmp_path / "search", index_after_points=1000, indexing_threshold_kb=1)
+    ) as embedded:
         assert isinstance(embedded, EmbeddedStore)
         await embedded.create_collection(created)
         await embedded.upsert(created.name, writes, now=1)
@@ -323,29 +294,24 @@ def test_searches_never_wait_for_an_index_swap(tmp_path: Path, monkeypatch: pyte
         assert after is not before and after.info().indexed_vectors_count >= len(writes) - 1
         assert (await embedded.search(created.name, writes[9].vector, 1, None, None))[0].id == "9"
 
-    run(EmbeddedStore(tmp_path / "search", index_after_points=1000, indexing_threshold_kb=1), scenario)
+
+async def test_a_shard_in_use_is_closed_only_after_its_last_read(tmp_path: Path) -> None:
+    readers = ShardReaders()
+    shard, other = object(), object()
+    async with readers.reading(shard):  # type: ignore[arg-type]
+        waiting = asyncio.create_task(readers.finished(shard))  # type: ignore[arg-type]
+        await readers.finished(other)  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        assert not waiting.done()
+    await waiting
 
 
-def test_a_shard_in_use_is_closed_only_after_its_last_read(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        readers = ShardReaders()
-        shard, other = object(), object()
-        async with readers.reading(shard):  # type: ignore[arg-type]
-            waiting = asyncio.create_task(readers.finished(shard))  # type: ignore[arg-type]
-            await readers.finished(other)  # type: ignore[arg-type]
-            await asyncio.sleep(0)
-            assert not waiting.done()
-        await waiting
-
-    asyncio.run(scenario())
-
-
-def test_ids_and_values_with_quotes_and_backslashes_stay_data(store_factory: StoreFactory) -> None:
+async def test_ids_and_values_with_quotes_and_backslashes_stay_data(store_factory: StoreFactory) -> None:
     created = collection()
     tricky = ['x" or id != "', "a\\", 'b\\" or 1==1 or \\"', "it's", "new\nline"]
     writes = [DocumentWrite(i, f"text {n}", {"v": i}, unit(n)) for n, i in enumerate(tricky)]
 
-    async def scenario(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, [*DOCUMENTS, *writes], now=1)
         for document_id in tricky:
@@ -358,22 +324,18 @@ def test_ids_and_values_with_quotes_and_backslashes_stay_data(store_factory: Sto
         assert await store.delete_documents(created.name, [tricky[0]]) == 1
         assert (await store.get_collection(created.name)).documents == len(DOCUMENTS) + len(tricky) - 1
 
-    run(store_factory(), scenario)
 
-
-def test_a_field_with_values_of_two_types_filters_each(store_factory: StoreFactory) -> None:
+async def test_a_field_with_values_of_two_types_filters_each(store_factory: StoreFactory) -> None:
     created = collection()
     writes = [
         DocumentWrite("n", "number", {"size": 3}, unit(1)),
         DocumentWrite("s", "string", {"size": "large"}, unit(2)),
     ]
 
-    async def scenario(store: VectorStore) -> None:
+    async with aclosing(store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, writes[:1], now=1)
         await store.upsert(created.name, writes[1:], now=1)
         assert [h.id for h in await store.search(created.name, unit(1), 5, parse_filter({"size": 3}), None)] == ["n"]
         large = await store.search(created.name, unit(1), 5, parse_filter({"size": "large"}), None)
         assert [h.id for h in large] == ["s"]
-
-    run(store_factory(), scenario)

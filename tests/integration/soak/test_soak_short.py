@@ -5,7 +5,6 @@ hold; the latency figures are the full soak's (`make soak`), not judged on this 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
@@ -32,10 +31,10 @@ def processes_mentioning(text: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_no_request_task_or_record_is_lost_through_a_replica_kill_a_triton_stop_and_a_redis_pause(
+async def test_no_request_task_or_record_is_lost_through_a_replica_kill_a_triton_stop_and_a_redis_pause(
     minilm_repository: Path, tmp_path: Path
 ) -> None:
-    out = asyncio.run(run_soak(short_options(tmp_path / "soak", minilm_repository)))
+    out = await run_soak(short_options(tmp_path / "soak", minilm_repository))
 
     report = json.loads((out / "soak.json").read_text())
     assert [(fault["name"], fault.get("error")) for fault in report["faults"]] == [

@@ -1,9 +1,10 @@
 """One contract suite for both task stores (an SQLite file, a real redis-server), then what only one promises:
 Redis replicas see each other's changes and outlive a Redis restart; SQLite data outlives a killed process.
 
-Every scenario runs in its own event loop (`asyncio.run`) and closes its stores. What needs redis-server or
-a second process is marked slow; the SQLite contract stays in the quick loop. Stores run on a manual clock,
-so expiry is tested without sleeping; Redis lease expiry is on Redis' clock, so those tests use short TTLs.
+Every test runs in its own event loop (anyio's pytest plugin), gives its scenario 30 s and closes its stores.
+What needs redis-server or a second process is marked slow; the SQLite contract stays in the quick loop. Stores run
+on a manual clock, so expiry is tested without sleeping; Redis lease expiry is on Redis' clock, so those tests use
+short TTLs.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import redis
@@ -34,7 +35,6 @@ from gateway.tasks.stores import build_task_store
 from localtriton.ports import free_port
 from tests.helpers.redis_fixtures import RedisServer
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[3]
 PREFIX = "gateway:tasks:"
 
@@ -62,10 +62,6 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         return Backend("sqlite", clock, lambda: SqliteTaskStore(path, clock=clock))
     url: str = request.getfixturevalue("redis_url")
     return Backend("redis", clock, lambda: RedisTaskStore(url, clock=clock))
-
-
-def run(scenario: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(asyncio.wait_for(scenario, 30))
 
 
 @asynccontextmanager
@@ -111,10 +107,10 @@ def every_field_set(now: float) -> Task:
     return Task(**values)
 
 
-def test_every_field_survives_a_roundtrip(backend: Backend) -> None:
+async def test_every_field_survives_a_roundtrip(backend: Backend) -> None:
     task = every_field_set(backend.clock())
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as store:
             assert await store.create(task) == (task, True)
             assert await store.get(task.id) == task
@@ -123,13 +119,11 @@ def test_every_field_survives_a_roundtrip(backend: Backend) -> None:
             assert await another.get(task.id) == task
             assert await another.ping()
 
-    run(scenario())
 
-
-def test_idempotency_key_returns_the_first_task_and_stores_nothing_new(backend: Backend) -> None:
+async def test_idempotency_key_returns_the_first_task_and_stores_nothing_new(backend: Backend) -> None:
     first, second = new_task(backend.clock, "key-a"), new_task(backend.clock, "key-a")
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as store:
             assert await store.create(first) == (first, True)
             assert await store.create(second) == (first, False)
@@ -137,13 +131,11 @@ def test_idempotency_key_returns_the_first_task_and_stores_nothing_new(backend: 
             assert await store.get(second.id) is None
             assert [task.id for task in await store.due(math.inf)] == [first.id]
 
-    run(scenario())
 
-
-def test_concurrent_creates_with_one_key_create_exactly_one(backend: Backend) -> None:
+async def test_concurrent_creates_with_one_key_create_exactly_one(backend: Backend) -> None:
     tasks = [new_task(backend.clock, "key-race") for _ in range(20)]
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as one, opened(backend.make) as two:  # two replicas racing
             results = await asyncio.gather(
                 *(store.create(task) for store, task in zip([one, two] * 10, tasks, strict=True))
@@ -153,13 +145,11 @@ def test_concurrent_creates_with_one_key_create_exactly_one(backend: Backend) ->
             assert {task.id for task, _ in results} == {winners[0].id}
             assert [task.id for task in await one.due(math.inf)] == [winners[0].id]
 
-    run(scenario())
 
-
-def test_save_is_compare_and_set_and_never_overwrites_an_ended_task(backend: Backend) -> None:
+async def test_save_is_compare_and_set_and_never_overwrites_an_ended_task(backend: Backend) -> None:
     task = new_task(backend.clock)
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as store:
             await store.create(task)
             processing = task.moved(TaskState.PROCESSING, backend.clock(), upstream_request_id="req-1")
@@ -173,13 +163,11 @@ def test_save_is_compare_and_set_and_never_overwrites_an_ended_task(backend: Bac
             assert await store.get(task.id) == completed
             assert not await store.save(new_task(backend.clock).moved(TaskState.PROCESSING, backend.clock()))
 
-    run(scenario())
 
-
-def test_unfinished_lists_pending_and_processing_only(backend: Backend) -> None:
+async def test_unfinished_lists_pending_and_processing_only(backend: Backend) -> None:
     tasks = {state: new_task(backend.clock) for state in TaskState}
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as store:
             for state, task in tasks.items():
                 await store.create(task)
@@ -190,10 +178,8 @@ def test_unfinished_lists_pending_and_processing_only(backend: Backend) -> None:
             found = {task.id: task.state for task in await store.due(math.inf)}
             assert found == {tasks[state].id: state for state in (TaskState.PENDING, TaskState.PROCESSING)}
 
-    run(scenario())
 
-
-def test_due_returns_only_what_a_scanner_must_act_on_earliest_first(backend: Backend) -> None:
+async def test_due_returns_only_what_a_scanner_must_act_on_earliest_first(backend: Backend) -> None:
     clock = backend.clock
     now = clock()
     fresh = new_task(clock)  # queued by the replica that took it; others look only after the pickup delay
@@ -203,7 +189,7 @@ def test_due_returns_only_what_a_scanner_must_act_on_earliest_first(backend: Bac
     overdue = dataclasses.replace(new_task(clock), deadline_at=now - 5)
     waiting = new_task(clock)
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as store:
             for task in (fresh, retry, later, polled, overdue, waiting):
                 await store.create(task)
@@ -222,11 +208,9 @@ def test_due_returns_only_what_a_scanner_must_act_on_earliest_first(backend: Bac
             assert [t.id for t in await store.due(now)] == [polled.id, retry.id]
             assert await store.count_unfinished() == {TaskState.PENDING: 3, TaskState.PROCESSING: 2}
 
-    run(scenario())
 
-
-def test_leases_are_exclusive_renewable_expire_and_are_released_by_their_owner_only(backend: Backend) -> None:
-    async def scenario() -> None:
+async def test_leases_are_exclusive_renewable_expire_and_are_released_by_their_owner_only(backend: Backend) -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as one, opened(backend.make) as two:
             assert await one.acquire_lease("scan", "replica-1", 30)
             assert not await two.acquire_lease("scan", "replica-2", 30)
@@ -243,13 +227,11 @@ def test_leases_are_exclusive_renewable_expire_and_are_released_by_their_owner_o
             assert await one.acquire_lease("scan", "replica-1", 30)
             assert await two.acquire_lease("other", "replica-2", 30)  # leases are independent
 
-    run(scenario())
 
-
-def test_a_watcher_is_woken_by_a_save_and_times_out_without_one(backend: Backend) -> None:
+async def test_a_watcher_is_woken_by_a_save_and_times_out_without_one(backend: Backend) -> None:
     task, other = new_task(backend.clock), new_task(backend.clock)
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as store:
             await store.create(task)
             await store.create(other)
@@ -261,13 +243,11 @@ def test_a_watcher_is_woken_by_a_save_and_times_out_without_one(backend: Backend
                 assert await changes.wait(1.0)
                 assert not await changes.wait(0.05)  # one save, one wake-up
 
-    run(scenario())
 
-
-def test_a_lease_comes_with_a_new_task_only(backend: Backend) -> None:
+async def test_a_lease_comes_with_a_new_task_only(backend: Backend) -> None:
     first, replay = new_task(backend.clock, key="k"), new_task(backend.clock, key="k")
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as one, opened(backend.make) as two:
             assert await one.create(first, Lease(f"submit:{first.id}", "replica-1", 30)) == (first, True)
             assert not await two.acquire_lease(f"submit:{first.id}", "replica-2", 30)  # held with the task
@@ -284,13 +264,11 @@ def test_a_lease_comes_with_a_new_task_only(backend: Backend) -> None:
             await asyncio.sleep(0.15)
             assert await two.acquire_lease(f"submit:{short.id}", "replica-2", 30)  # it lapses like any lease
 
-    run(scenario())
 
-
-def test_a_lease_comes_with_a_save_that_sticks_and_is_left_to_another_owner(backend: Backend) -> None:
+async def test_a_lease_comes_with_a_save_that_sticks_and_is_left_to_another_owner(backend: Backend) -> None:
     task = new_task(backend.clock, key="k")  # the idempotency key's holder is kept up to date alongside
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as one, opened(backend.make) as two:
             assert await one.create(task) == (task, True)
             processing = task.moved(TaskState.PROCESSING, backend.clock(), upstream_request_id="job-1")
@@ -309,13 +287,11 @@ def test_a_lease_comes_with_a_save_that_sticks_and_is_left_to_another_owner(back
             assert await two.get(task.id) == done
             assert await two.create(new_task(backend.clock, key="k")) == (done, False)  # still the key's holder
 
-    run(scenario())
 
-
-def test_purge_expired_removes_ended_tasks_and_frees_their_idempotency_key(backend: Backend) -> None:
+async def test_purge_expired_removes_ended_tasks_and_frees_their_idempotency_key(backend: Backend) -> None:
     task, running = new_task(backend.clock, "key-old"), new_task(backend.clock, "key-running")
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(backend.make) as store:
             await store.create(task)
             await store.create(running)
@@ -330,11 +306,9 @@ def test_purge_expired_removes_ended_tasks_and_frees_their_idempotency_key(backe
             assert await store.get(running.id) == running
             assert {t.id for t in await store.due(math.inf)} == {running.id, again.id}
 
-    run(scenario())
 
-
-def test_build_task_store_picks_redis_when_a_url_is_given(tmp_path: Path) -> None:
-    async def scenario() -> None:
+async def test_build_task_store_picks_redis_when_a_url_is_given(tmp_path: Path) -> None:
+    async with asyncio.timeout(30):
         sqlite_store = build_task_store(None, str(tmp_path / "tasks.sqlite3"))
         redis_store = build_task_store("redis://127.0.0.1:1/0", str(tmp_path / "unused.sqlite3"))
         assert isinstance(sqlite_store, SqliteTaskStore)
@@ -342,17 +316,15 @@ def test_build_task_store_picks_redis_when_a_url_is_given(tmp_path: Path) -> Non
         await sqlite_store.aclose()
         await redis_store.aclose()
 
-    run(scenario())
-
 
 # -- Redis only ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_redis_watcher_is_woken_by_a_save_through_another_replica(redis_url: str) -> None:
+async def test_redis_watcher_is_woken_by_a_save_through_another_replica(redis_url: str) -> None:
     task = new_task(ManualClock())
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: RedisTaskStore(redis_url)) as one, opened(lambda: RedisTaskStore(redis_url)) as two:
             await two.create(task)
             async with one.changes(task.id) as changes, one.changes(task.id) as same_task:
@@ -364,11 +336,9 @@ def test_redis_watcher_is_woken_by_a_save_through_another_replica(redis_url: str
                 (PREFIX.encode() + b"changed", 1)
             ]
 
-    run(scenario())
-
 
 @pytest.mark.slow
-def test_redis_store_fails_while_redis_is_down_and_recovers_with_its_watchers(
+async def test_redis_store_fails_while_redis_is_down_and_recovers_with_its_watchers(
     redis_url: str, redis_server: RedisServer
 ) -> None:
     task = new_task(ManualClock())
@@ -377,7 +347,7 @@ def test_redis_store_fails_while_redis_is_down_and_recovers_with_its_watchers(
         async with redis.asyncio.Redis.from_url(redis_url) as client:
             return int((await client.pubsub_numsub(PREFIX + "changed"))[0][1])
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: RedisTaskStore(redis_url)) as one, opened(lambda: RedisTaskStore(redis_url)) as two:
             await two.create(task)
             async with one.changes(task.id) as changes:
@@ -400,17 +370,15 @@ def test_redis_store_fails_while_redis_is_down_and_recovers_with_its_watchers(
                 assert await changes.wait(2.0)
                 assert await one.get(task.id) == processing
 
-    run(scenario())
-
 
 @pytest.mark.slow
-def test_redis_terminal_save_sets_the_retention_ttl_and_leaves_the_due_index(redis_url: str) -> None:
+async def test_redis_terminal_save_sets_the_retention_ttl_and_leaves_the_due_index(redis_url: str) -> None:
     clock = ManualClock()
     task = new_task(clock, "key-ttl")
     client = redis.Redis.from_url(redis_url)
     task_key, idem_key = f"{PREFIX}task:{task.id}", f"{PREFIX}idem:key-ttl"
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: RedisTaskStore(redis_url, clock=clock)) as store:
             await store.create(task)
             assert client.ttl(task_key) > 6 * 24 * 3600  # the safety TTL of an unfinished task
@@ -419,18 +387,16 @@ def test_redis_terminal_save_sets_the_retention_ttl_and_leaves_the_due_index(red
             assert 3590 <= client.ttl(task_key) <= 3600
             assert 3590 <= client.ttl(idem_key) <= 3600
             assert client.zcard(f"{PREFIX}due:pending") == client.zcard(f"{PREFIX}due:processing") == 0
-
-    run(scenario())
     client.close()
 
 
 @pytest.mark.slow
-def test_redis_forgets_ids_whose_record_has_gone(redis_url: str) -> None:
+async def test_redis_forgets_ids_whose_record_has_gone(redis_url: str) -> None:
     clock = ManualClock()
     kept, lost = new_task(clock), new_task(clock)
     client = redis.Redis.from_url(redis_url)
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: RedisTaskStore(redis_url, clock=clock)) as store:
             await store.create(kept)
             await store.create(lost)
@@ -438,13 +404,11 @@ def test_redis_forgets_ids_whose_record_has_gone(redis_url: str) -> None:
             assert [task.id for task in await store.due(math.inf)] == [kept.id]
             assert client.zrange(f"{PREFIX}due:pending", 0, -1) == [kept.id.encode()]
             assert await store.count_unfinished() == {TaskState.PENDING: 1, TaskState.PROCESSING: 0}
-
-    run(scenario())
     client.close()
 
 
-def test_redis_unreachable_raises_without_leaking_the_url() -> None:
-    async def scenario() -> None:
+async def test_redis_unreachable_raises_without_leaking_the_url() -> None:
+    async with asyncio.timeout(30):
         async with opened(
             lambda: RedisTaskStore(f"redis://:s3cret@127.0.0.1:{free_port()}/0", timeout_seconds=0.2)
         ) as store:
@@ -454,8 +418,6 @@ def test_redis_unreachable_raises_without_leaking_the_url() -> None:
             assert not await store.ping()
             async with store.changes("task_x") as changes:  # no feed: watchers still time out and re-read
                 assert not await changes.wait(0.05)
-
-    run(scenario())
 
 
 # -- SQLite only --------------------------------------------------------------------------------------------
@@ -481,7 +443,7 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
-def test_sqlite_writes_survive_a_killed_process(tmp_path: Path) -> None:
+async def test_sqlite_writes_survive_a_killed_process(tmp_path: Path) -> None:
     path = tmp_path / "tasks.sqlite3"
     command = [sys.executable, "-c", WRITER, str(path)]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) as writer:
@@ -491,7 +453,7 @@ def test_sqlite_writes_survive_a_killed_process(tmp_path: Path) -> None:
             os.kill(writer.pid, signal.SIGKILL)  # no shutdown, no close: only what was committed remains
     assert writer.returncode == -signal.SIGKILL
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: SqliteTaskStore(path)) as store:
             [task] = await store.due(math.inf)
             assert (task.id, task.state, task.version, task.upstream_request_id) == (
@@ -502,13 +464,11 @@ def test_sqlite_writes_survive_a_killed_process(tmp_path: Path) -> None:
             )
             assert not await store.acquire_lease("scan", "next-replica", 30)  # the dead one's lease holds
             assert await store.create(new_task(ManualClock(), "key-killed")) == (task, False)
-
-    run(scenario())
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
-def test_sqlite_file_from_before_the_due_index_is_migrated_and_its_tasks_are_due(tmp_path: Path) -> None:
+async def test_sqlite_file_from_before_the_due_index_is_migrated_and_its_tasks_are_due(tmp_path: Path) -> None:
     path, clock = tmp_path / "old.sqlite3", ManualClock()
     task = dataclasses.replace(new_task(clock), next_attempt_at=clock() + 60)
     with closing(sqlite3.connect(path)) as db, db:  # the layout before due_at
@@ -518,28 +478,18 @@ def test_sqlite_file_from_before_the_due_index_is_migrated_and_its_tasks_are_due
         )
         db.execute("INSERT INTO tasks VALUES (?, 'pending', 0, NULL, NULL, ?)", (task.id, task.to_json()))
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
             assert [t.id for t in await store.due(clock())] == [task.id]  # due once, whatever its record says
             assert await store.save(task.moved(TaskState.PENDING, clock(), submit_attempts=1))
             assert await store.due(clock()) == []  # indexed by its due_at from now on
             assert await store.count_unfinished() == {TaskState.PENDING: 1}
 
-    run(scenario())
-
 
 @pytest.mark.parametrize("layout", ["new", "before the due index"])
-def test_sqlite_replicas_opening_one_file_at_once_all_open(tmp_path: Path, layout: str) -> None:
+async def test_sqlite_replicas_opening_one_file_at_once_all_open(tmp_path: Path, layout: str) -> None:
     # Switching a new file to WAL, creating the schema or adding the due_at column can fail at once
     # ("database is locked", no busy wait) when another replica does the same; seen here in 4 of 180 opens.
-    async def scenario(path: Path) -> None:
-        stores = [SqliteTaskStore(path) for _ in range(6)]
-        try:
-            counts = await asyncio.gather(*(store.count_unfinished() for store in stores))
-            assert counts == [{}] * 6
-        finally:
-            await asyncio.gather(*(store.aclose() for store in stores))
-
     for index in range(20):
         path = tmp_path / f"{index}.sqlite3"
         if layout != "new":
@@ -548,26 +498,30 @@ def test_sqlite_replicas_opening_one_file_at_once_all_open(tmp_path: Path, layou
                     "CREATE TABLE tasks (id TEXT PRIMARY KEY, state TEXT NOT NULL, version INTEGER NOT NULL, "
                     "idempotency_key TEXT UNIQUE, expires_at REAL, record TEXT NOT NULL)"
                 )
-        run(scenario(path))
+        async with asyncio.timeout(30):
+            stores = [SqliteTaskStore(path) for _ in range(6)]
+            try:
+                counts = await asyncio.gather(*(store.count_unfinished() for store in stores))
+                assert counts == [{}] * 6
+            finally:
+                await asyncio.gather(*(store.aclose() for store in stores))
 
 
-def test_sqlite_unusable_path_raises_task_store_error(tmp_path: Path) -> None:
+async def test_sqlite_unusable_path_raises_task_store_error(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: SqliteTaskStore(blocker / "tasks.sqlite3")) as store:
             with pytest.raises(TaskStoreError, match="sqlite open failed"):
                 await store.get("task_x")
             assert not await store.ping()
 
-    run(scenario())
 
-
-def test_sqlite_waits_for_another_process_lock_without_holding_the_loop(tmp_path: Path) -> None:
+async def test_sqlite_waits_for_another_process_lock_without_holding_the_loop(tmp_path: Path) -> None:
     path, clock = tmp_path / "tasks.sqlite3", ManualClock()
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: SqliteTaskStore(path, clock=clock, busy_timeout_seconds=2.0)) as store:
             task, _ = await store.create(new_task(clock))
             with closing(sqlite3.connect(path, isolation_level=None)) as other:
@@ -592,11 +546,9 @@ def test_sqlite_waits_for_another_process_lock_without_holding_the_loop(tmp_path
                 assert 0.2 <= time.monotonic() - started < 1.5  # gave up after the busy timeout
                 other.execute("ROLLBACK")
 
-    run(scenario())
-
 
 @pytest.mark.slow
-def test_sqlite_checkpoints_keep_the_wal_from_growing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_sqlite_checkpoints_keep_the_wal_from_growing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = ManualClock()
 
     async def write(path: Path, tasks: int) -> int:
@@ -607,21 +559,21 @@ def test_sqlite_checkpoints_keep_the_wal_from_growing(tmp_path: Path, monkeypatc
             return Path(f"{path}-wal").stat().st_size  # before close (the last close checkpoints anyway)
 
     monkeypatch.setattr("gateway.tasks.sqlite_store.CHECKPOINT_EVERY_WRITES", 10**9)
-    without = run(write(tmp_path / "without.sqlite3", 1500))
+    without = await asyncio.wait_for(write(tmp_path / "without.sqlite3", 1500), 30)
     monkeypatch.setattr("gateway.tasks.sqlite_store.CHECKPOINT_EVERY_WRITES", 100)
-    with_checkpoints = run(write(tmp_path / "with.sqlite3", 1500))
+    with_checkpoints = await asyncio.wait_for(write(tmp_path / "with.sqlite3", 1500), 30)
     assert with_checkpoints < without / 3, (with_checkpoints, without)
     with closing(sqlite3.connect(tmp_path / "with.sqlite3")) as db:
         assert db.execute("SELECT COUNT(*) FROM tasks").fetchone() == (1500,)
 
 
-def test_sqlite_purges_in_batches_until_every_expired_task_is_gone(
+async def test_sqlite_purges_in_batches_until_every_expired_task_is_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("gateway.tasks.sqlite_store.PURGE_BATCH", 3)
     clock = ManualClock()
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: SqliteTaskStore(tmp_path / "tasks.sqlite3", clock=clock)) as store:
             tasks = [(await store.create(new_task(clock)))[0] for _ in range(8)]
             for task in tasks[:7]:
@@ -631,13 +583,11 @@ def test_sqlite_purges_in_batches_until_every_expired_task_is_gone(
             assert [await store.get(task.id) for task in tasks[:7]] == [None] * 7
             assert await store.get(tasks[7].id) == tasks[7]
 
-    run(scenario())
 
-
-def test_sqlite_purge_deletes_expired_leases_and_keeps_live_ones(tmp_path: Path) -> None:
+async def test_sqlite_purge_deletes_expired_leases_and_keeps_live_ones(tmp_path: Path) -> None:
     path, clock = tmp_path / "tasks.sqlite3", ManualClock()
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
             task = new_task(clock)
             await store.create(task, Lease(f"submit:{task.id}", "replica-1", 10))
@@ -645,41 +595,35 @@ def test_sqlite_purge_deletes_expired_leases_and_keeps_live_ones(tmp_path: Path)
             clock.now += 11
             assert await store.purge_expired(clock()) == 0  # tasks purged: none
             assert not await store.acquire_lease("scan", "replica-2", 60)
-
-    run(scenario())
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT name FROM leases").fetchall() == [("scan",)]
 
 
-def test_sqlite_due_reads_only_the_due_rows_through_its_index(tmp_path: Path) -> None:
+async def test_sqlite_due_reads_only_the_due_rows_through_its_index(tmp_path: Path) -> None:
     path = tmp_path / "tasks.sqlite3"
     clock = ManualClock()
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
             for _ in range(3):
                 await store.create(new_task(clock))
-
-    run(scenario())
     with closing(sqlite3.connect(path)) as db:
         plan = " ".join(str(row[-1]) for row in db.execute(f"EXPLAIN QUERY PLAN {_DUE}", (clock(), 500)))
     # Not a scan of every open task and a sort: the scan's cost follows what is due, not what is open.
     assert "USING INDEX tasks_due" in plan and "TEMP B-TREE" not in plan, plan
 
 
-def test_sqlite_counts_open_tasks_without_holding_the_loop(tmp_path: Path) -> None:
+async def test_sqlite_counts_open_tasks_without_holding_the_loop(tmp_path: Path) -> None:
     path, clock = tmp_path / "tasks.sqlite3", ManualClock()
 
-    async def create_schema() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
             await store.open()
-
-    run(create_schema())
     with closing(sqlite3.connect(path)) as db, db:  # a large backlog, written in bulk (records are not read)
         rows = ((f"task_{n}", "pending" if n % 4 else "processing", 0, "{}") for n in range(200_000))
         db.executemany("INSERT INTO tasks (id, state, version, record) VALUES (?, ?, ?, ?)", rows)
 
-    async def scenario() -> None:
+    async with asyncio.timeout(30):
         async with opened(lambda: SqliteTaskStore(path, clock=clock)) as store:
             ticks = 0
 
@@ -696,5 +640,3 @@ def test_sqlite_counts_open_tasks_without_holding_the_loop(tmp_path: Path) -> No
             ticker.cancel()
             assert counts == {TaskState.PENDING: 150_000, TaskState.PROCESSING: 50_000}
             assert ticks >= 20, ticks
-
-    run(scenario())

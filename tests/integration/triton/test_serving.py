@@ -83,14 +83,14 @@ async def embed_concurrently(url: str, texts: list[str]) -> list[np.ndarray]:
         await client.close()
 
 
-def test_concurrent_requests_of_different_lengths_batch_together(
+async def test_concurrent_requests_of_different_lengths_batch_together(
     triton_fp32: TritonProcess, reference: Callable[[list[str]], np.ndarray]
 ) -> None:
     # 64 single-text requests, no two of the same token length: only ragged batching can group them.
     texts = [" ".join(["word"] * (i + 1)) + f" number {i}" for i in range(64)]
     with grpcclient.InferenceServerClient(triton_fp32.grpc_url) as client:
         inferences_before, executions_before = inference_stats(client, "bge_onnx")
-        served = np.stack(asyncio.run(embed_concurrently(triton_fp32.grpc_url, texts)))
+        served = np.stack(await embed_concurrently(triton_fp32.grpc_url, texts))
         inferences, executions = inference_stats(client, "bge_onnx")
     assert inferences - inferences_before == 64
     assert executions - executions_before < 64
@@ -124,26 +124,23 @@ def test_bad_text_gets_a_clear_error_and_the_server_stays_up(
     assert grpc_embed(grpc_client, text_batch(["still serving"])).as_numpy("EMBEDDING").shape == (1, 384)
 
 
-def test_one_bad_text_fails_only_its_own_request(triton: TritonProcess) -> None:
-    async def mixed() -> list[object]:
-        client = grpcaio.InferenceServerClient(triton.grpc_url)
+async def test_one_bad_text_fails_only_its_own_request(triton: TritonProcess) -> None:
+    client = grpcaio.InferenceServerClient(triton.grpc_url)
 
-        async def one(raw: np.ndarray) -> object:
-            tensor = grpcaio.InferInput("TEXT", list(raw.shape), "BYTES")
-            tensor.set_data_from_numpy(raw)
-            try:
-                return (await client.infer("bge", [tensor])).as_numpy("EMBEDDING")
-            except InferenceServerException as exc:
-                return exc
-
+    async def one(raw: np.ndarray) -> object:
+        tensor = grpcaio.InferInput("TEXT", list(raw.shape), "BYTES")
+        tensor.set_data_from_numpy(raw)
         try:
-            batches = [text_batch([f"good text {i}"]) for i in range(8)]
-            batches.insert(4, np.array([[b"ok"], [b""]], dtype=object))
-            return list(await asyncio.gather(*(one(b) for b in batches)))
-        finally:
-            await client.close()
+            return (await client.infer("bge", [tensor])).as_numpy("EMBEDDING")
+        except InferenceServerException as exc:
+            return exc
 
-    results = asyncio.run(mixed())
+    try:
+        batches = [text_batch([f"good text {i}"]) for i in range(8)]
+        batches.insert(4, np.array([[b"ok"], [b""]], dtype=object))
+        results = list(await asyncio.gather(*(one(b) for b in batches)))
+    finally:
+        await client.close()
     assert isinstance(results[4], InferenceServerException) and "text 1 is empty" in str(results[4])
     assert all(isinstance(r, np.ndarray) and r.shape == (1, 384) for i, r in enumerate(results) if i != 4)
 

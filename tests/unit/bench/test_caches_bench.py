@@ -3,7 +3,6 @@ counting of hits and false hits, and one quick end-to-end run on synthetic pairs
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from pathlib import Path
 
@@ -119,8 +118,8 @@ def test_load_data_draws_distinct_pairs_per_language(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_quick_run_replays_through_a_real_gateway(tmp_path: Path) -> None:
-    result = asyncio.run(caches.run(tmp_path, runs=1, quick=True, pairs=SYNTHETIC))
+async def test_quick_run_replays_through_a_real_gateway(tmp_path: Path) -> None:
+    result = await caches.run(tmp_path, runs=1, quick=True, pairs=SYNTHETIC)
     totals = [row for row in result.table if row["questions"] == "all"]
     assert len(totals) == len(caches.CONFIGS)
     for row in totals:

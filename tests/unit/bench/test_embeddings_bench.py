@@ -97,36 +97,36 @@ def test_workload_arguments_are_checked() -> None:
 # -- measuring ------------------------------------------------------------------------------------------
 
 
-def test_measure_runs_the_load_in_a_cpu_window_and_counts_every_item() -> None:
+async def test_measure_runs_the_load_in_a_cpu_window_and_counts_every_item() -> None:
     async def request(index: int) -> int:
         await asyncio.sleep(0.001 * (index % 3))
         return 2
 
     load = closed_loop(request, total=100, concurrency=16)
-    stats, window = asyncio.run(measure(load, {"self": os.getpid()}))
+    stats, window = await measure(load, {"self": os.getpid()})
     assert stats.items == 200 and len(stats.latencies) == 100
     assert {"self_cpu_percent", "server_cpu_percent", "foreign_cpu_percent"} <= window.percent.keys()
 
 
-def test_closed_loop_counts_every_item_when_requests_overlap() -> None:
+async def test_closed_loop_counts_every_item_when_requests_overlap() -> None:
     """An item count read before an await would lose the updates of the requests that end meanwhile."""
 
     async def request(index: int) -> int:
         await asyncio.sleep(0.001)
         return 1
 
-    stats = asyncio.run(closed_loop(request, total=64, concurrency=8))
+    stats = await closed_loop(request, total=64, concurrency=8)
     assert len(stats.latencies) == 64
     assert stats.items == 64
 
 
-def test_failed_requests_are_counted_and_the_first_cause_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+async def test_failed_requests_are_counted_and_the_first_cause_is_logged(caplog: pytest.LogCaptureFixture) -> None:
     async def request(index: int) -> int:
         if index % 4 == 0:
             raise EmbeddingsError(f"HTTP 503: request {index}")
         return 1
 
-    stats = asyncio.run(closed_loop(request, total=8, concurrency=2))
+    stats = await closed_loop(request, total=8, concurrency=2)
     assert stats.errors == 2 and len(stats.latencies) == 6
     failures = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
     assert failures == ["request 0 failed: EmbeddingsError('HTTP 503: request 0')"]
@@ -185,27 +185,27 @@ class FakeSession:
         return None
 
 
-def test_openai_request_sends_the_input_and_checks_the_vectors() -> None:
+async def test_openai_request_sends_the_input_and_checks_the_vectors() -> None:
     session = FakeSession(vectors=2, cache="hit")
     misses: list[int] = []
     send = openai_request(session, "http://x/v1/embeddings", [["a", "b"]], model="m", misses=misses)
-    assert asyncio.run(send(0)) == 2
+    assert await send(0) == 2
     assert session.bodies == [{"input": ["a", "b"], "model": "m"}]
     assert misses == []
     short = openai_request(FakeSession(vectors=1), "http://x", [["a", "b"]])
     with pytest.raises(EmbeddingsError, match="1 vectors for 2 texts"):
-        asyncio.run(short(0))
+        await short(0)
     failing = openai_request(FakeSession(vectors=1, status=503), "http://x", ["a"])
     with pytest.raises(EmbeddingsError, match="HTTP 503"):
-        asyncio.run(failing(0))
+        await failing(0)
 
 
-def test_openai_request_counts_answers_not_from_the_cache() -> None:
+async def test_openai_request_counts_answers_not_from_the_cache() -> None:
     misses: list[int] = []
     send = openai_request(
         FakeSession(vectors=1, cache="miss"), "http://x", ["a"], encoding_format="base64", misses=misses
     )
-    asyncio.run(send(5))
+    await send(5)
     assert misses == [5]
 
 
@@ -352,8 +352,8 @@ def test_the_notes_name_the_machine_the_ceiling_the_gateway_cpu_and_the_tokenize
 
 
 @pytest.mark.slow
-def test_quick_run_measures_the_gateway_and_triton(tmp_path: Path, minilm_repository: Path) -> None:
-    result = asyncio.run(run(tmp_path, quick=True, repository=minilm_repository))
+async def test_quick_run_measures_the_gateway_and_triton(tmp_path: Path, minilm_repository: Path) -> None:
+    result = await run(tmp_path, quick=True, repository=minilm_repository)
     written = json.loads((tmp_path / "embeddings.json").read_text())
     assert written["part"] == "embeddings" and written["x_label"] == "concurrency"
     systems = {p["system"] for p in written["points"]}

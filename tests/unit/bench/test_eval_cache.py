@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -135,9 +134,9 @@ def test_load_pairs_rejects_a_bad_row(tmp_path: Path) -> None:
         load_pairs(path)
 
 
-def test_pair_similarities_use_the_gateway_matcher() -> None:
+async def test_pair_similarities_use_the_gateway_matcher() -> None:
     pairs = [Pair("reset my password", "reset my password", 1), Pair("reset my password", "weather in Paris", 0)]
-    scores = asyncio.run(pair_similarities(SimHashMatcher(), pairs))
+    scores = await pair_similarities(SimHashMatcher(), pairs)
     assert scores[0] == 1.0 and scores[1] < 0.8
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 from pathlib import Path
@@ -65,7 +64,7 @@ def fake_nvidia_smi(folder: Path, script: str) -> None:
         ("echo 'NVIDIA-SMI has failed because it could not communicate with the driver' >&2; exit 9", "no usable"),
     ],
 )
-def test_without_a_gpu_the_part_measures_nothing_and_the_report_says_why(
+async def test_without_a_gpu_the_part_measures_nothing_and_the_report_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str | None, reason: str
 ) -> None:
     path = tmp_path / "bin"
@@ -74,7 +73,7 @@ def test_without_a_gpu_the_part_measures_nothing_and_the_report_says_why(
     else:
         fake_nvidia_smi(path, script)
     monkeypatch.setenv("PATH", str(path))
-    result = asyncio.run(gpu.run(tmp_path / "out"))
+    result = await gpu.run(tmp_path / "out")
     assert result.points == [] and result.targets == []
     assert reason in result.notes[0] and "bench/gpu.sh" in result.notes[0]
     result.write(tmp_path / "out")

@@ -3,7 +3,6 @@ one quick end-to-end run against real Triton, gateway and redis-server processes
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -99,8 +98,10 @@ def test_cpu_per_request_counts_answered_requests_only() -> None:
 
 
 @pytest.mark.slow
-def test_quick_run_measures_every_configuration_from_the_warm_cache(tmp_path: Path, minilm_repository: Path) -> None:
-    result = asyncio.run(keys.run(tmp_path, runs=1, quick=True, repository=minilm_repository))
+async def test_quick_run_measures_every_configuration_from_the_warm_cache(
+    tmp_path: Path, minilm_repository: Path
+) -> None:
+    result = await keys.run(tmp_path, runs=1, quick=True, repository=minilm_repository)
     assert {point.system for point in result.points} == {config.name for config in CONFIGS}
     assert all(point.extra["errors"] == 0 for point in result.points)
     in_process = {config.name for config in CONFIGS if not config.redis}  # a Redis timeout would be a miss

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import types
 from pathlib import Path
@@ -33,11 +32,11 @@ def install_part(monkeypatch: pytest.MonkeyPatch, *, writes: bool) -> None:
     monkeypatch.setitem(sys.modules, "bench.broken", types.SimpleNamespace(run=run))
 
 
-def test_a_part_that_fails_keeps_the_rounds_it_wrote_and_says_why(
+async def test_a_part_that_fails_keeps_the_rounds_it_wrote_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     install_part(monkeypatch, writes=True)
-    asyncio.run(run_part("broken", tmp_path, runs=3, quick=False, options={"data": tmp_path}))
+    await run_part("broken", tmp_path, runs=3, quick=False, options={"data": tmp_path})
     result = PartResult.read(tmp_path / "broken.json")
     assert (result.points, result.targets) == (ROUND.points, ROUND.targets)
     partial, failed, took = result.notes
@@ -46,12 +45,12 @@ def test_a_part_that_fails_keeps_the_rounds_it_wrote_and_says_why(
     assert took.startswith("part took ")
 
 
-def test_a_result_left_in_the_folder_by_an_earlier_run_is_not_taken_for_this_one(
+async def test_a_result_left_in_the_folder_by_an_earlier_run_is_not_taken_for_this_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ROUND.write(tmp_path)
     install_part(monkeypatch, writes=False)
-    asyncio.run(run_part("broken", tmp_path, runs=3, quick=False, options={}))
+    await run_part("broken", tmp_path, runs=3, quick=False, options={})
     result = PartResult.read(tmp_path / "broken.json")
     assert result.points == [] and result.targets == []
     assert result.notes[0].startswith("failed: RuntimeError: triton exited")

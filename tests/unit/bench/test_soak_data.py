@@ -3,7 +3,6 @@ writes."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -62,9 +61,9 @@ def test_the_chat_load_asks_recent_questions_again_and_their_partners(tmp_path: 
     assert len(asked) > 1500  # the rest are new questions
 
 
-def test_a_soak_refuses_an_output_folder_that_holds_an_earlier_run(tmp_path: Path) -> None:
+async def test_a_soak_refuses_an_output_folder_that_holds_an_earlier_run(tmp_path: Path) -> None:
     """An earlier run's Redis append-only file and usage stores would come back in the new run's platform."""
     (tmp_path / "redis").mkdir()
     (tmp_path / "redis" / "appendonly.aof").write_text("*1\r\n")
     with pytest.raises(SystemExit, match="not empty"):
-        asyncio.run(run_soak(Options(tmp_path)))
+        await run_soak(Options(tmp_path))

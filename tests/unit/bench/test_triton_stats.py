@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from typing import Any
 
@@ -73,7 +72,7 @@ def test_a_load_that_reached_nothing_gives_no_figures_rather_than_a_division_err
     assert all(math.isnan(value) for value in figures.values())
 
 
-def test_the_figures_wait_for_requests_triton_has_not_counted_yet() -> None:
+async def test_the_figures_wait_for_requests_triton_has_not_counted_yet() -> None:
     """Triton counts a request when it releases it, just after the client has its answer: the last few of a
     load may be missing from the first snapshot after it."""
 
@@ -88,9 +87,6 @@ def test_the_figures_wait_for_requests_triton_has_not_counted_yet() -> None:
                 self.counts.pop(0)  # one snapshot reads both models: the ensemble first
             return stats(count, count, 0, {1: (count, 10**6)})
 
-    async def measure() -> dict[str, float]:
-        triton = Lagging([0, 13, 16, 16])
-        before = await triton.snapshot()
-        return await triton.since(before, texts=16, seconds=1.0)
-
-    assert asyncio.run(measure())["triton_calls_per_text"] == 1.0
+    triton = Lagging([0, 13, 16, 16])
+    before = await triton.snapshot()
+    assert (await triton.since(before, texts=16, seconds=1.0))["triton_calls_per_text"] == 1.0

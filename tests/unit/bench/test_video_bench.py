@@ -1,4 +1,4 @@
-"""The video benchmark (part `images`): gateway settings, metric reading, targets, and one quick end-to-end run."""
+"""The video benchmark (part `video`): gateway settings, metric reading, targets, and one quick end-to-end run."""
 
 from __future__ import annotations
 
@@ -20,35 +20,35 @@ from bench.video.report import completion_row, targets
 from bench.video.servers import gateway_env
 
 METRICS = """\
-# HELP gateway_image_tasks Unfinished image tasks in the store by state (seen by this replica).
-# TYPE gateway_image_tasks gauge
-gateway_image_tasks{state="pending"} 2.0
-gateway_image_tasks{state="processing"} 5.0
-# HELP gateway_image_callbacks_total Webhook calls received, by result.
-# TYPE gateway_image_callbacks_total counter
-gateway_image_callbacks_total{result="applied"} 140.0
-gateway_image_callbacks_total{result="duplicate"} 3.0
-# HELP gateway_image_tasks_completed_by_polling_total Tasks whose webhook never came.
-# TYPE gateway_image_tasks_completed_by_polling_total counter
-gateway_image_tasks_completed_by_polling_total 60.0
+# HELP gateway_video_tasks Unfinished video tasks in the store by state (seen by this replica).
+# TYPE gateway_video_tasks gauge
+gateway_video_tasks{state="pending"} 2.0
+gateway_video_tasks{state="processing"} 5.0
+# HELP gateway_video_callbacks_total Webhook calls received, by result.
+# TYPE gateway_video_callbacks_total counter
+gateway_video_callbacks_total{result="applied"} 140.0
+gateway_video_callbacks_total{result="duplicate"} 3.0
+# HELP gateway_video_tasks_completed_by_polling_total Tasks whose webhook never came.
+# TYPE gateway_video_tasks_completed_by_polling_total counter
+gateway_video_tasks_completed_by_polling_total 60.0
 """
 
 
 def test_metric_sums_the_samples_with_matching_labels() -> None:
-    assert metric(METRICS, "gateway_image_tasks", state="processing") == 5.0
-    assert metric(METRICS, "gateway_image_tasks") == 7.0
-    assert metric(METRICS, "gateway_image_callbacks_total", result="applied") == 140.0
-    assert metric(METRICS, "gateway_image_tasks_completed_by_polling_total") == 60.0
-    assert metric(METRICS, "gateway_image_polls_total") == 0.0
+    assert metric(METRICS, "gateway_video_tasks", state="processing") == 5.0
+    assert metric(METRICS, "gateway_video_tasks") == 7.0
+    assert metric(METRICS, "gateway_video_callbacks_total", result="applied") == 140.0
+    assert metric(METRICS, "gateway_video_tasks_completed_by_polling_total") == 60.0
+    assert metric(METRICS, "gateway_video_polls_total") == 0.0
 
 
 def test_the_gateway_reaches_the_simulator_and_its_quota_is_above_the_load(tmp_path: Path) -> None:
     pika = Endpoint(ServerProcess("pika", ["true"], log_dir=tmp_path), "", "http://127.0.0.1:9200")
     env = gateway_env(pika, None)
-    assert env["PIKA_BASE_URL"] == "http://127.0.0.1:9200" and env["PIKA_API_KEY"] == API_KEY
-    assert env["PIKA_WEBHOOK_JWKS_URL"] == "http://127.0.0.1:9200/.well-known/jwks.json"
-    assert float(env["PIKA_SUBMITS_PER_SECOND"]) > max(RATES)
-    assert float(env["PIKA_CALLBACK_GRACE_SECONDS"]) > JOB_SECONDS[False]  # only late webhooks are polled
+    assert env["VIDEO_BASE_URL"] == "http://127.0.0.1:9200" and env["VIDEO_API_KEY"] == API_KEY
+    assert env["VIDEO_WEBHOOK_JWKS_URL"] == "http://127.0.0.1:9200/.well-known/jwks.json"
+    assert float(env["VIDEO_SUBMITS_PER_SECOND"]) > max(RATES)
+    assert float(env["VIDEO_CALLBACK_GRACE_SECONDS"]) > JOB_SECONDS[False]  # only late webhooks are polled
     assert "REDIS_URL" not in env
     assert gateway_env(pika, "redis://127.0.0.1:6390/0")["REDIS_URL"] == "redis://127.0.0.1:6390/0"
 
@@ -72,7 +72,7 @@ def test_targets_take_p99_at_200_per_s_for_each_store_and_count_every_lost_task(
     assert [(t.name, t.met) for t in found] == [
         ("image submit p99 at 200 requests/s (SQLite task store)", True),
         ("image submit p99 at 200 requests/s (Redis task store)", False),
-        ("lost image tasks with 30% of webhooks lost", False),
+        ("lost video tasks with 30% of webhooks lost", False),
     ]
     assert found[0].measured == "9.5 ms (median of 3 runs)"
     assert found[2].measured == "1 of 400 over 2 runs (failed: timeout: 1)"

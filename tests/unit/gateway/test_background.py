@@ -28,19 +28,16 @@ async def survives_one_cancel(calls: list[str]) -> None:
         await asyncio.sleep(0)  # the loop's own pause, where the next cancel lands
 
 
-def test_a_task_that_survives_one_cancel_is_stopped_by_the_next() -> None:
-    async def scenario() -> list[str]:
-        calls: list[str] = []
-        task = asyncio.ensure_future(survives_one_cancel(calls))
-        await asyncio.sleep(0)
-        await asyncio.wait_for(cancel_and_wait(task, name="refresh"), timeout=5)
-        assert task.cancelled()
-        return calls
-
-    assert asyncio.run(scenario()) == ["timeout survived"]
+async def test_a_task_that_survives_one_cancel_is_stopped_by_the_next() -> None:
+    calls: list[str] = []
+    task = asyncio.ensure_future(survives_one_cancel(calls))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_and_wait(task, name="refresh"), timeout=5)
+    assert task.cancelled()
+    assert calls == ["timeout survived"]
 
 
-def test_a_task_that_never_stops_is_left_after_the_deadline(caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_task_that_never_stops_is_left_after_the_deadline(caplog: pytest.LogCaptureFixture) -> None:
     released = False
 
     async def stubborn() -> None:
@@ -50,16 +47,12 @@ def test_a_task_that_never_stops_is_left_after_the_deadline(caplog: pytest.LogCa
             except asyncio.CancelledError:
                 continue
 
-    async def scenario() -> bool:
-        task = asyncio.ensure_future(stubborn())
-        await asyncio.sleep(0)
-        await asyncio.wait_for(cancel_and_wait(task, name="stubborn loop", deadline_seconds=0.3), timeout=5)
-        done = task.done()
-        nonlocal released
-        released = True
-        await task
-        return done
-
     caplog.set_level(logging.ERROR, logger="gateway.background")
-    assert asyncio.run(scenario()) is False
+    task = asyncio.ensure_future(stubborn())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_and_wait(task, name="stubborn loop", deadline_seconds=0.3), timeout=5)
+    done = task.done()
+    released = True
+    await task
+    assert done is False
     assert "stubborn loop: 1 background task(s) did not stop within 0 s" in caplog.text

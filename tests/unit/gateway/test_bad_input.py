@@ -23,7 +23,7 @@ from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.grpc.pb.gateway.v1 import gateway_pb2_grpc
 from gateway.protocol.base import MAX_NESTING_DEPTH
 from gateway.protocol.unicode import require_unicode
-from gateway.settings import AuthSettings, HunyuanSettings
+from gateway.settings import AuthSettings, ChatSettings
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 from tests.helpers.running_gateway import gateway_settings, scratch_dir
 
@@ -57,8 +57,8 @@ def client() -> Iterator[TestClient]:
     data = scratch_dir("bad-input-")
     auth = AuthSettings(api_keys=SecretStr(API_KEY), keys_sqlite_path=str(data / "keys.sqlite3"))
     # No chat upstream is reached: every chat body here is refused before the service is asked.
-    hunyuan = HunyuanSettings(base_url="http://127.0.0.1:9", api_key=SecretStr("unused"))
-    settings = gateway_settings("127.0.0.1:9", auth=auth, hunyuan=hunyuan)
+    chat = ChatSettings(base_url="http://127.0.0.1:9", api_key=SecretStr("unused"))
+    settings = gateway_settings("127.0.0.1:9", auth=auth, chat=chat)
     with TestClient(create_app(settings, embedder=FakeEmbedder()), headers=AUTH) as test_client:
         created = test_client.post("/v1/collections", json={"name": COLLECTION})
         assert created.status_code == 201, created.text

@@ -38,43 +38,35 @@ async def work(events: list[str], seconds: float, result: str = "answer") -> str
         events.append("cleaned up")
 
 
-def test_the_answer_comes_back_and_the_watcher_stops() -> None:
-    async def scenario() -> None:
-        connection, events = Connection(), list[str]()
-        assert await unless_disconnected(connection.receive, work(events, 0.01)) == "answer"
-        assert events == ["cleaned up"] and connection.waiting == 1
-        await asyncio.sleep(0)
-        assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]  # no watcher left
-
-    asyncio.run(scenario())
+async def test_the_answer_comes_back_and_the_watcher_stops() -> None:
+    harness = asyncio.all_tasks()  # this test's task and the test runner's own
+    connection, events = Connection(), list[str]()
+    assert await unless_disconnected(connection.receive, work(events, 0.01)) == "answer"
+    assert events == ["cleaned up"] and connection.waiting == 1
+    await asyncio.sleep(0)
+    assert not asyncio.all_tasks() - harness  # no watcher left
 
 
-def test_a_disconnect_cancels_the_work_after_its_clean_up_has_run() -> None:
-    async def scenario() -> None:
-        connection, events = Connection(), list[str]()
-        asyncio.get_running_loop().call_later(0.05, connection.close)
-        with pytest.raises(ClientClosedRequestError):
-            await unless_disconnected(connection.receive, work(events, 30))
-        assert events == ["cancelled", "cleaned up"]
-
-    asyncio.run(scenario())
+async def test_a_disconnect_cancels_the_work_after_its_clean_up_has_run() -> None:
+    connection, events = Connection(), list[str]()
+    asyncio.get_running_loop().call_later(0.05, connection.close)
+    with pytest.raises(ClientClosedRequestError):
+        await unless_disconnected(connection.receive, work(events, 30))
+    assert events == ["cancelled", "cleaned up"]
 
 
-def test_a_cancelled_request_cancels_its_work_and_errors_pass_through() -> None:
-    async def scenario() -> None:
-        connection, events = Connection(), list[str]()
-        request = asyncio.create_task(unless_disconnected(connection.receive, work(events, 30)))
-        await asyncio.sleep(0.05)
-        request.cancel()  # the request's deadline
-        with pytest.raises(asyncio.CancelledError):
-            await request
-        await asyncio.sleep(0)
-        assert events == ["cancelled", "cleaned up"]
+async def test_a_cancelled_request_cancels_its_work_and_errors_pass_through() -> None:
+    connection, events = Connection(), list[str]()
+    request = asyncio.create_task(unless_disconnected(connection.receive, work(events, 30)))
+    await asyncio.sleep(0.05)
+    request.cancel()  # the request's deadline
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    await asyncio.sleep(0)
+    assert events == ["cancelled", "cleaned up"]
 
-        async def refused() -> None:
-            raise InvalidRequestError("bad")
+    async def refused() -> None:
+        raise InvalidRequestError("bad")
 
-        with pytest.raises(InvalidRequestError):
-            await unless_disconnected(connection.receive, refused())
-
-    asyncio.run(scenario())
+    with pytest.raises(InvalidRequestError):
+        await unless_disconnected(connection.receive, refused())

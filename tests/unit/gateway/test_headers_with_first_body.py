@@ -29,36 +29,27 @@ def wrapped(recording: RecordingTransport) -> HeadersWithFirstBody:
     return HeadersWithFirstBody(cast(asyncio.Transport, recording), asyncio.get_running_loop())
 
 
-def test_headers_and_a_body_of_the_same_turn_are_one_send() -> None:
-    async def scenario() -> list[bytes]:
-        recording = RecordingTransport()
-        transport = wrapped(recording)
-        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
-        transport.write(b"first")
-        transport.write(b"second")
-        await asyncio.sleep(0)
-        return recording.sends
-
-    assert asyncio.run(scenario()) == [b"HTTP/1.1 200 OK\r\n\r\nfirst", b"second"]
+async def test_headers_and_a_body_of_the_same_turn_are_one_send() -> None:
+    recording = RecordingTransport()
+    transport = wrapped(recording)
+    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    transport.write(b"first")
+    transport.write(b"second")
+    await asyncio.sleep(0)
+    assert recording.sends == [b"HTTP/1.1 200 OK\r\n\r\nfirst", b"second"]
 
 
-def test_headers_without_a_body_leave_at_the_end_of_the_turn() -> None:
-    async def scenario() -> tuple[list[bytes], list[bytes]]:
-        recording = RecordingTransport()
-        wrapped(recording).write(b"HTTP/1.1 200 OK\r\n\r\n")
-        during = list(recording.sends)
-        await asyncio.sleep(0)
-        return during, recording.sends
-
-    assert asyncio.run(scenario()) == ([], [b"HTTP/1.1 200 OK\r\n\r\n"])
+async def test_headers_without_a_body_leave_at_the_end_of_the_turn() -> None:
+    recording = RecordingTransport()
+    wrapped(recording).write(b"HTTP/1.1 200 OK\r\n\r\n")
+    during = list(recording.sends)
+    await asyncio.sleep(0)
+    assert (during, recording.sends) == ([], [b"HTTP/1.1 200 OK\r\n\r\n"])
 
 
-def test_closing_sends_the_held_headers_first() -> None:
-    async def scenario() -> tuple[list[bytes], bool]:
-        recording = RecordingTransport()
-        transport = wrapped(recording)
-        transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
-        transport.close()
-        return recording.sends, recording.closed
-
-    assert asyncio.run(scenario()) == ([b"HTTP/1.1 204 No Content\r\n\r\n"], True)
+async def test_closing_sends_the_held_headers_first() -> None:
+    recording = RecordingTransport()
+    transport = wrapped(recording)
+    transport.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+    transport.close()
+    assert (recording.sends, recording.closed) == ([b"HTTP/1.1 204 No Content\r\n\r\n"], True)

@@ -10,8 +10,8 @@ import pytest
 
 from gateway.errors import UpstreamError
 from gateway.services.models import CHAT_LIST_TTL_SECONDS, ListedModel, ModelsService
-from gateway.settings import HunyuanSettings
-from gateway.upstreams.llm import LLMNotConfiguredError, LLMUnavailableError
+from gateway.settings import ChatSettings
+from gateway.upstreams.chat import ChatNotConfiguredError, ChatUnavailableError
 from gateway.upstreams.triton import ModelInfo, TritonUnavailableError
 
 CHECKPOINT = "BAAI/bge-large-zh-v1.5"
@@ -84,8 +84,8 @@ def test_lists_the_embedding_model_the_upstreams_chat_models_and_the_video_model
 @pytest.mark.parametrize(
     "chat",
     [
-        FakeChat(error=LLMUnavailableError("chat upstream unreachable: ClientConnectorError")),
-        FakeChat(error=LLMNotConfiguredError("chat is not configured: set HUNYUAN_API_KEY")),
+        FakeChat(error=ChatUnavailableError("chat upstream unreachable: ClientConnectorError")),
+        FakeChat(error=ChatNotConfiguredError("chat is not configured: set CHAT_API_KEY")),
         FakeChat(models=[]),
     ],
     ids=["failing", "no-key", "empty"],
@@ -122,7 +122,7 @@ def test_the_chat_list_is_kept_for_60_seconds() -> None:
 
 
 def test_a_failed_listing_is_also_kept_then_the_upstream_is_asked_again() -> None:
-    chat, clock = FakeChat(error=LLMUnavailableError("chat upstream unreachable")), Clock()
+    chat, clock = FakeChat(error=ChatUnavailableError("chat upstream unreachable")), Clock()
     models = service(chat, clock=clock)
 
     async def scenario() -> tuple[list[str], list[str]]:
@@ -154,6 +154,6 @@ def test_triton_down_lists_the_alias_then_the_last_checkpoint_seen() -> None:
 
 
 def test_configured_models_are_hunyuan_models_then_the_fallbacks_named() -> None:
-    settings = HunyuanSettings(models="hy3-preview, hy-mt2-pro", fallback_models="hy3-preview=deepseek-v4-flash,x=y")
+    settings = ChatSettings(models="hy3-preview, hy-mt2-pro", fallback_models="hy3-preview=deepseek-v4-flash,x=y")
     assert settings.configured_models() == ["hy3-preview", "hy-mt2-pro", "deepseek-v4-flash", "x", "y"]
-    assert HunyuanSettings(fallback_models="").configured_models() == ["hy3-preview"]
+    assert ChatSettings(fallback_models="").configured_models() == ["hy3-preview"]

@@ -111,11 +111,7 @@ def test_backoff_must_be_positive() -> None:
         RedisCircuit("unit-zero", backoff_seconds=0)
 
 
-def test_call_opens_on_an_outage_but_not_on_an_error_reply() -> None:
-    asyncio.run(_call_opens_on_an_outage_but_not_on_an_error_reply())
-
-
-async def _call_opens_on_an_outage_but_not_on_an_error_reply() -> None:
+async def test_call_opens_on_an_outage_but_not_on_an_error_reply() -> None:
     clock = Clock()
     redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-call", backoff_seconds=1.0, clock=clock)
 
@@ -133,11 +129,7 @@ async def _call_opens_on_an_outage_but_not_on_an_error_reply() -> None:
     await redis.aclose()
 
 
-def test_a_call_is_bounded_by_twice_the_timeout_fails_alone_and_sends_a_health_ping() -> None:
-    asyncio.run(_a_call_is_bounded_by_twice_the_timeout_fails_alone_and_sends_a_health_ping())
-
-
-async def _a_call_is_bounded_by_twice_the_timeout_fails_alone_and_sends_a_health_ping() -> None:
+async def test_a_call_is_bounded_by_twice_the_timeout_fails_alone_and_sends_a_health_ping() -> None:
     redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-deadline", timeout_seconds=0.05)
     timeouts = metrics.REDIS_CALL_FAILURES.labels(client="unit-deadline", reason="timeout")
 
@@ -157,11 +149,7 @@ async def _a_call_is_bounded_by_twice_the_timeout_fails_alone_and_sends_a_health
 
 
 @pytest.mark.slow  # waits out two call deadlines
-def test_a_health_ping_that_times_out_opens_the_circuit_unless_the_event_loop_stalled() -> None:
-    asyncio.run(_a_health_ping_that_times_out_opens_the_circuit_unless_the_event_loop_stalled())
-
-
-async def _a_health_ping_that_times_out_opens_the_circuit_unless_the_event_loop_stalled() -> None:
+async def test_a_health_ping_that_times_out_opens_the_circuit_unless_the_event_loop_stalled() -> None:
     # The default timeout: a verdict needs the loop late by less than half of it, which a busy host allows.
     redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-stall", timeout_seconds=0.25)
 
@@ -184,11 +172,7 @@ async def _a_health_ping_that_times_out_opens_the_circuit_unless_the_event_loop_
     await redis.aclose()
 
 
-def test_without_calls_the_connection_probes_once_per_window() -> None:
-    asyncio.run(_without_calls_the_connection_probes_once_per_window())
-
-
-async def _without_calls_the_connection_probes_once_per_window() -> None:
+async def test_without_calls_the_connection_probes_once_per_window() -> None:
     redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-timer", backoff_seconds=0.05)
     with pytest.raises(RedisConnectionError):
         await redis.call(redis.client.ping)
@@ -198,11 +182,7 @@ async def _without_calls_the_connection_probes_once_per_window() -> None:
     await redis.aclose()
 
 
-def test_a_skipped_call_after_the_window_starts_the_probe_in_the_background() -> None:
-    asyncio.run(_a_skipped_call_after_the_window_starts_the_probe_in_the_background())
-
-
-async def _a_skipped_call_after_the_window_starts_the_probe_in_the_background() -> None:
+async def test_a_skipped_call_after_the_window_starts_the_probe_in_the_background() -> None:
     clock = Clock()
     redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-kick", clock=clock)
     redis.circuit.failed(ConnectionRefusedError())
@@ -216,11 +196,7 @@ async def _a_skipped_call_after_the_window_starts_the_probe_in_the_background() 
     await redis.aclose()
 
 
-def test_shared_connection_closes_with_its_last_user_and_known_up_never_waits() -> None:
-    asyncio.run(_shared_connection_closes_with_its_last_user_and_known_up_never_waits())
-
-
-async def _shared_connection_closes_with_its_last_user_and_known_up_never_waits() -> None:
+async def test_shared_connection_closes_with_its_last_user_and_known_up_never_waits() -> None:
     redis = RedisConnection("redis://127.0.0.1:1/0", name="unit-shared")
     user = RedisConnection.shared(redis)
     assert user is redis

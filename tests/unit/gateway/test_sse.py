@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncGenerator
 
@@ -14,31 +13,31 @@ async def collect(texts: AsyncGenerator[str, None]) -> list[str]:
     return [text async for text in texts]
 
 
-def test_each_batch_is_one_text_of_events_and_the_stream_ends_with_done() -> None:
+async def test_each_batch_is_one_text_of_events_and_the_stream_ends_with_done() -> None:
     async def batches() -> AsyncGenerator[list[str], None]:
         yield ['{"n":1}']
         yield ['{"n":2}', '{"n":3}']
 
-    texts = asyncio.run(collect(sse.encode_batches(batches())))
+    texts = await collect(sse.encode_batches(batches()))
     assert texts == ['data: {"n":1}\n\n', 'data: {"n":2}\n\ndata: {"n":3}\n\n', sse.DONE]
 
 
-def test_an_error_after_the_first_batch_becomes_the_last_event_with_no_done() -> None:
+async def test_an_error_after_the_first_batch_becomes_the_last_event_with_no_done() -> None:
     async def failing() -> AsyncGenerator[str, None]:
         yield '{"n":1}'
         raise UpstreamUnavailableError("chat upstream unavailable")
 
-    texts = asyncio.run(collect(sse.encode_stream(failing())))
+    texts = await collect(sse.encode_stream(failing()))
     assert texts[0] == 'data: {"n":1}\n\n' and len(texts) == 2 and sse.DONE not in texts
     error = json.loads(texts[1].removeprefix("data: "))["error"]
     assert error["message"] == "chat upstream unavailable"
 
 
-def test_an_unexpected_failure_is_an_internal_error_event_with_no_done() -> None:
+async def test_an_unexpected_failure_is_an_internal_error_event_with_no_done() -> None:
     async def failing() -> AsyncGenerator[list[str], None]:
         yield ['{"n":1}']
         raise RuntimeError("a bug")
 
-    texts = asyncio.run(collect(sse.encode_batches(failing())))
+    texts = await collect(sse.encode_batches(failing()))
     assert len(texts) == 2 and sse.DONE not in texts
     assert json.loads(texts[1].removeprefix("data: "))["error"]["message"] == "internal error"

@@ -20,7 +20,7 @@ from gateway.services.video_steps import RunnerConfig, backoff
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore
-from gateway.upstreams.fal import FalStatus, FalSubmission, VideoTimeoutError, pika_arguments, result_urls
+from gateway.upstreams.fal import FalStatus, FalSubmission, VideoTimeoutError, result_urls, text_to_video_arguments
 from gateway.upstreams.webhooks import WebhookUrls
 
 P, R, C, F, X = (
@@ -86,12 +86,14 @@ def test_backoff_doubles_up_to_its_cap() -> None:
 
 
 def test_pika_arguments_derive_aspect_ratio_and_resolution_and_let_the_client_override() -> None:
-    assert pika_arguments("p", negative_prompt=None, width=None, height=None, options={}) == {"prompt": "p"}
-    wide = pika_arguments("p", negative_prompt="blur", width=1920, height=1080, options={"seed": 3})
+    assert text_to_video_arguments("p", negative_prompt=None, width=None, height=None, options={}) == {"prompt": "p"}
+    wide = text_to_video_arguments("p", negative_prompt="blur", width=1920, height=1080, options={"seed": 3})
     assert wide == {"prompt": "p", "negative_prompt": "blur", "aspect_ratio": "16:9", "resolution": "1080p", "seed": 3}
-    tall = pika_arguments("p", negative_prompt=None, width=720, height=1280, options={"resolution": "1080p"})
+    tall = text_to_video_arguments("p", negative_prompt=None, width=720, height=1280, options={"resolution": "1080p"})
     assert tall["aspect_ratio"] == "9:16" and tall["resolution"] == "1080p"
-    assert pika_arguments("p", negative_prompt=None, width=512, height=512, options={})["aspect_ratio"] == "1:1"
+    assert (
+        text_to_video_arguments("p", negative_prompt=None, width=512, height=512, options={})["aspect_ratio"] == "1:1"
+    )
 
 
 def test_result_urls_read_single_files_and_lists() -> None:
@@ -241,7 +243,7 @@ def test_the_replica_that_created_a_task_submits_it_without_another_lease_or_rea
         ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         upstream = Upstream()
         config = RunnerConfig(scan_interval_seconds=60)
-        urls = WebhookUrls("https://gw.example/v1/callbacks/pika", None)
+        urls = WebhookUrls("https://gw.example/v1/callbacks/video", None)
         runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), urls, config, owner="replica-1")
         await runner.start()
         now = time.time()
@@ -476,7 +478,7 @@ class RecordingUpstream(Upstream):
     async def submit(self, arguments: dict[str, Any], webhook_url: str | None = None) -> FalSubmission:
         self.webhook_urls.append(webhook_url)
         if self.timeout:
-            raise VideoTimeoutError("image upstream did not answer in time")
+            raise VideoTimeoutError("video upstream did not answer in time")
         return await super().submit(arguments, webhook_url)
 
 
@@ -492,7 +494,7 @@ def test_a_task_whose_last_submit_outcome_is_unknown_waits_for_its_webhook_befor
         upstream = RecordingUpstream()
         ledger = TaskLedger(store, retention_seconds=60.0)  # type: ignore[arg-type]
         config = RunnerConfig(scan_interval_seconds=60, unknown_submit_wait_seconds=30.0)
-        urls = WebhookUrls("https://gw.example/v1/callbacks/pika", None)
+        urls = WebhookUrls("https://gw.example/v1/callbacks/video", None)
         runner = VideoTaskRunner(ledger, upstream, LocalQuotaLimiter(), urls, config, owner="replica-2")
         await runner.start()
         now = time.time()
@@ -511,7 +513,7 @@ def test_a_task_whose_last_submit_outcome_is_unknown_waits_for_its_webhook_befor
         else:
             assert stored.state == R and stored.attempt == 2 and stored.submitting_since is None
             assert upstream.webhook_urls == [
-                f"https://gw.example/v1/callbacks/pika/{task.id}?attempt=2&token={urls.token(task.id, 2)}"
+                f"https://gw.example/v1/callbacks/video/{task.id}?attempt=2&token={urls.token(task.id, 2)}"
             ]
         await store.aclose()
 

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import asyncio
-
 from gateway.cache.chat import (
     ChatAnswer,
     ExactChatCache,
@@ -77,21 +75,18 @@ def test_chunks_aggregate_into_the_completion_and_back() -> None:
     assert replayed["choices"] == completion["choices"] and replayed["usage"] == completion["usage"]
 
 
-def test_only_normally_finished_answers_are_stored() -> None:
-    async def scenario() -> tuple[bool, bool, ChatAnswer | None]:
-        cache = ExactChatCache(MemoryStore(1 << 20))
-        cut = ChatAnswer(chunks=[chunk({"content": "par"}, "length")])
-        done = ChatAnswer(chunks=[chunk({"content": "full"}, "stop")])
-        stored_cut = await cache.put("k1", body("a"), cut)
-        stored_done = await cache.put("k2", body("b"), done)
-        return stored_cut, stored_done, await cache.get("k2")
-
-    stored_cut, stored_done, found = asyncio.run(scenario())
+async def test_only_normally_finished_answers_are_stored() -> None:
+    cache = ExactChatCache(MemoryStore(1 << 20))
+    cut = ChatAnswer(chunks=[chunk({"content": "par"}, "length")])
+    done = ChatAnswer(chunks=[chunk({"content": "full"}, "stop")])
+    stored_cut = await cache.put("k1", body("a"), cut)
+    stored_done = await cache.put("k2", body("b"), done)
+    found = await cache.get("k2")
     assert (stored_cut, stored_done) == (False, True)
     assert found is not None and found.as_completion()["choices"][0]["message"]["content"] == "full"
 
 
-def test_reasoning_is_kept_and_replayed_before_the_answer_both_ways() -> None:
+async def test_reasoning_is_kept_and_replayed_before_the_answer_both_ways() -> None:
     streamed = [
         chunk({"role": "assistant", "content": ""}),
         chunk({"reasoning_content": "Think"}),
@@ -101,8 +96,8 @@ def test_reasoning_is_kept_and_replayed_before_the_answer_both_ways() -> None:
                                  "completion_tokens_details": {"reasoning_tokens": 3}}),
     ]  # fmt: skip
     cache = ExactChatCache(MemoryStore(max_bytes=1 << 20))
-    asyncio.run(cache.put("k", body("q"), ChatAnswer(chunks=streamed)))
-    stored = asyncio.run(cache.get("k"))
+    await cache.put("k", body("q"), ChatAnswer(chunks=streamed))
+    stored = await cache.get("k")
     assert stored is not None and stored.as_chunks() == streamed  # a stream replays chunk for chunk
     completion = stored.as_completion()
     message = completion["choices"][0]["message"]

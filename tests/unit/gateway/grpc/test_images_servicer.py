@@ -1,4 +1,4 @@
-"""gateway.v1.Images end to end over a real grpc.aio server, with an in-memory fake of the image task service.
+"""gateway.v1.Images end to end over a real grpc.aio server, with an in-memory fake of the video task service.
 
 The fake keeps the service's contract (NotFoundError for unknown ids, ConflictError for a reused idempotency key
 with another request or for cancelling a finished task, watch raising up front); the gateway's real VideoService

@@ -11,7 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.limits import InFlightLimit
 from gateway.services.models import ModelsService
-from gateway.upstreams.llm import LLMUnavailableError
+from gateway.upstreams.chat import ChatUnavailableError
 from gateway.upstreams.triton import ModelInfo
 from tests.helpers.grpc_harness import AUTH, HarnessFactory
 
@@ -30,7 +30,7 @@ class FakeChat:
 
     async def upstream_models(self) -> list[dict[str, Any]]:
         if self.fail:
-            raise LLMUnavailableError("chat upstream unreachable: ClientConnectorError")
+            raise ChatUnavailableError("chat upstream unreachable: ClientConnectorError")
         return [{"id": "hy3-preview", "object": "model", "created": 1767225600, "owned_by": "tencent"}]
 
 

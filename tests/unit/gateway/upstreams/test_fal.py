@@ -231,7 +231,7 @@ def test_rejected_credentials_name_the_variable_never_the_key(status: int) -> No
 
     with pytest.raises(VideoUpstreamError) as caught:
         _run(handler, lambda c: c.submit({}, None))
-    assert "PIKA_API_KEY" in caught.value.message
+    assert "VIDEO_API_KEY" in caught.value.message
     assert KEY not in str(caught.value)
     assert caught.value.status_code == 502
 
@@ -264,7 +264,7 @@ def test_missing_key_is_503_naming_the_variable_and_sends_nothing() -> None:
         _run(handler, lambda c: c.submit({}, None), api_key=None)
     assert isinstance(caught.value, UpstreamUnavailableError)
     assert caught.value.status_code == 503
-    assert "PIKA_API_KEY" in caught.value.message
+    assert "VIDEO_API_KEY" in caught.value.message
 
 
 def test_connection_error_is_unavailable() -> None:

@@ -3,7 +3,6 @@ and those answers must not put it back in rotation (it would fail the next call,
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import pytest
@@ -36,30 +35,27 @@ def outage_logs(caplog: pytest.LogCaptureFixture) -> tuple[int, int]:
     return sum("unavailable at" in m for m in messages), sum("available again" in m for m in messages)
 
 
-def test_an_answer_to_a_call_sent_before_the_outage_began_keeps_the_triton_out_of_rotation(
+async def test_an_answer_to_a_call_sent_before_the_outage_began_keeps_the_triton_out_of_rotation(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.upstreams.triton")
 
-    async def scenario() -> None:
-        rotation = endpoints()
-        stopping = await rotation.pick()
-        assert stopping is not None
-        drained = stopping.outages  # a call sent now, still running when the Triton begins to stop
-        await rotation.failed(stopping, "Server is stopping, scheduler has stopped accepting new inference requests")
-        rotation.recovered(stopping, drained)  # the drained call's answer arrives
-        assert not stopping.serving
-        assert {(await rotation.pick()).address for _ in range(4)} == {"10.0.0.2:8001"}  # type: ignore[union-attr]
+    rotation = endpoints()
+    stopping = await rotation.pick()
+    assert stopping is not None
+    drained = stopping.outages  # a call sent now, still running when the Triton begins to stop
+    await rotation.failed(stopping, "Server is stopping, scheduler has stopped accepting new inference requests")
+    rotation.recovered(stopping, drained)  # the drained call's answer arrives
+    assert not stopping.serving
+    assert {(await rotation.pick()).address for _ in range(4)} == {"10.0.0.2:8001"}  # type: ignore[union-attr]
 
-        rotation.recovered(stopping, stopping.outages)  # a call sent after the outage began: it is back
-        assert stopping.serving
-        await rotation.aclose()
-
-    asyncio.run(scenario())
+    rotation.recovered(stopping, stopping.outages)  # a call sent after the outage began: it is back
+    assert stopping.serving
+    await rotation.aclose()
     assert outage_logs(caplog) == (1, 1), "one WARNING and one INFO for one outage"
 
 
-def test_a_readiness_answer_sent_before_the_outage_began_does_not_count() -> None:
+async def test_a_readiness_answer_sent_before_the_outage_began_does_not_count() -> None:
     rotation: TritonEndpoints
     stopping: TritonEndpoint | None = None
 
@@ -71,13 +67,9 @@ def test_a_readiness_answer_sent_before_the_outage_began_does_not_count() -> Non
             await rotation.failed(stopping, "Server is stopping")
             return True
 
-    async def scenario() -> None:
-        nonlocal rotation, stopping
-        rotation = endpoints(ReadyWhenAsked())
-        stopping = await rotation.pick()
-        assert stopping is not None
-        assert await rotation.probe(stopping) is False
-        assert not stopping.serving
-        await rotation.aclose()
-
-    asyncio.run(scenario())
+    rotation = endpoints(ReadyWhenAsked())
+    stopping = await rotation.pick()
+    assert stopping is not None
+    assert await rotation.probe(stopping) is False
+    assert not stopping.serving
+    await rotation.aclose()

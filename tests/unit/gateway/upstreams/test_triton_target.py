@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from gateway.upstreams.triton_endpoints import TritonTarget, resolve_host
@@ -38,10 +36,10 @@ def test_names_are_resolved_by_the_gateway(url: str) -> None:
     assert (target.host, target.port) == ("ai-triton-headless.ns.svc.cluster.local", 8001)
 
 
-def test_a_name_resolves_to_ipv4_addresses_first_without_repeats() -> None:
-    addresses = asyncio.run(resolve_host("localhost", 8001))
+async def test_a_name_resolves_to_ipv4_addresses_first_without_repeats() -> None:
+    addresses = await resolve_host("localhost", 8001)
     assert addresses == ["127.0.0.1:8001"]
 
 
-def test_a_name_that_does_not_resolve_gives_no_address() -> None:
-    assert asyncio.run(resolve_host("no-such-host.invalid", 8001)) == []
+async def test_a_name_that_does_not_resolve_gives_no_address() -> None:
+    assert await resolve_host("no-such-host.invalid", 8001) == []

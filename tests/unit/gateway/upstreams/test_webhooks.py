@@ -331,7 +331,7 @@ def test_without_keys_a_failed_fetch_is_not_repeated_for_every_call() -> None:
 
 
 def test_each_task_attempt_has_its_own_webhook_url_token_under_a_key_derived_from_the_fal_key() -> None:
-    base = "https://gw.example/v1/callbacks/pika"
+    base = "https://gw.example/v1/callbacks/video"
     replicas = [WebhookUrls(base, SecretStr(key)) for key in ("k1", "k1", "k2")]
     url = replicas[0].url("task-1", 2)
     assert url is not None and url.startswith(f"{base}/task-1?attempt=2&token=")

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 
 from gateway import metrics
 from gateway.cache.base import CacheStoreError
 from gateway.cache.chat import exact_key
-from gateway.cache.semantic.index import SemanticHit, SemanticIndex
+from gateway.cache.semantic.index import SemanticIndex
 from gateway.cache.semantic.stores import MemorySemanticStore, SemanticEntry
 from tests.helpers.semantic import chat
-
-T = TypeVar("T")
 
 
 def q(topic: str, score: float) -> str:
@@ -43,15 +41,13 @@ class ScoreMatcher:
         return True
 
 
-def with_index(scenario: Callable[[SemanticIndex], Awaitable[T]], threshold: float = 0.9, **options: Any) -> T:
-    async def main() -> T:
-        index = SemanticIndex(MemorySemanticStore(), ScoreMatcher(), threshold, **options)
-        try:
-            return await scenario(index)
-        finally:
-            await index.aclose()
-
-    return asyncio.run(main())
+@asynccontextmanager
+async def opened_index(threshold: float = 0.9, **options: Any) -> AsyncIterator[SemanticIndex]:
+    index = SemanticIndex(MemorySemanticStore(), ScoreMatcher(), threshold, **options)
+    try:
+        yield index
+    finally:
+        await index.aclose()
 
 
 async def remember(index: SemanticIndex, *texts: str, **fields: Any) -> None:
@@ -63,21 +59,19 @@ def errors(operation: str) -> float:
     return float(metrics.CACHE_ERRORS.labels(cache="chat_semantic", operation=operation)._value.get())
 
 
-def test_hit_at_or_above_threshold_returns_the_earlier_exact_key() -> None:
-    async def scenario(index: SemanticIndex) -> list[SemanticHit | None]:
+async def test_hit_at_or_above_threshold_returns_the_earlier_exact_key() -> None:
+    async with opened_index() as index:
         await remember(index, q("pw", 0.50))
-        return [await index.lookup(chat(q("pw", 0.55))), await index.lookup(chat(q("pw", 0.60)))]
-
-    near, edge = with_index(scenario)
+        near, edge = [await index.lookup(chat(q("pw", 0.55))), await index.lookup(chat(q("pw", 0.60)))]
     assert near is not None and near.answer_key == exact_key(chat(q("pw", 0.50)))
     assert near.similarity == pytest.approx(0.95)
     assert edge is not None and edge.answer_key == exact_key(chat(q("pw", 0.50)))
 
 
-def test_miss_below_threshold_other_topic_or_other_context() -> None:
-    async def scenario(index: SemanticIndex) -> list[SemanticHit | None]:
+async def test_miss_below_threshold_other_topic_or_other_context() -> None:
+    async with opened_index() as index:
         await remember(index, q("pw", 0.50))
-        return [
+        found = [
             await index.lookup(chat(q("pw", 0.65))),
             await index.lookup(chat(q("weather", 0.50))),
             await index.lookup(chat(q("pw", 0.50), model="deepseek-v4-pro")),
@@ -85,66 +79,54 @@ def test_miss_below_threshold_other_topic_or_other_context() -> None:
             await index.lookup(chat(q("pw", 0.50), earlier=[{"role": "system", "content": "s"}])),
             await index.lookup({"model": "glm-5", "messages": [{"role": "assistant", "content": q("pw", 0.50)}]}),
         ]
+    assert found == [None] * 6
 
-    assert with_index(scenario) == [None] * 6
 
-
-def test_best_match_is_chosen() -> None:
-    async def scenario(index: SemanticIndex) -> SemanticHit | None:
+async def test_best_match_is_chosen() -> None:
+    async with opened_index(threshold=0.8) as index:
         await remember(index, q("pw", 0.40), q("pw", 0.52), q("pw", 0.45), q("pw", 0.60))
-        return await index.lookup(chat(q("pw", 0.53)))
-
-    hit = with_index(scenario, threshold=0.8)
+        hit = await index.lookup(chat(q("pw", 0.53)))
     assert hit is not None and hit.answer_key == exact_key(chat(q("pw", 0.52)))
     assert hit.similarity == pytest.approx(0.99)
 
 
-def test_entries_per_context_are_bounded_newest_kept() -> None:
-    async def scenario(index: SemanticIndex) -> tuple[list[SemanticEntry], SemanticHit | None]:
+async def test_entries_per_context_are_bounded_newest_kept() -> None:
+    async with opened_index(threshold=0.95, max_entries_per_context=3) as index:
         await remember(index, q("pw", 0.10), q("pw", 0.20), q("pw", 0.30), q("pw", 0.40))
         entries = await index.store.entries(index.context(chat(q("pw", 0))))
-        return entries, await index.lookup(chat(q("pw", 0.10)))
-
-    entries, oldest = with_index(scenario, threshold=0.95, max_entries_per_context=3)
+        oldest = await index.lookup(chat(q("pw", 0.10)))
     assert [e.answer_key for e in entries] == [exact_key(chat(q("pw", i / 10))) for i in (4, 3, 2)]
     assert oldest is None
 
 
-def test_identical_query_is_added_once_per_context() -> None:
-    async def scenario(index: SemanticIndex) -> tuple[int, int]:
+async def test_identical_query_is_added_once_per_context() -> None:
+    async with opened_index() as index:
         await remember(index, q("pw", 0.50), q("pw", 0.50), q("pw", 0.50))
         await remember(index, q("pw", 0.50), model="deepseek-v4-pro")
         one = len(await index.store.entries(index.context(chat(q("pw", 0.50)))))
         other = len(await index.store.entries(index.context(chat(q("pw", 0.50), model="deepseek-v4-pro"))))
-        return one, other
-
-    assert with_index(scenario) == (1, 1)
+    assert (one, other) == (1, 1)
 
 
-def test_lookup_fingerprint_is_reused_by_the_add_after_a_miss() -> None:
+async def test_lookup_fingerprint_is_reused_by_the_add_after_a_miss() -> None:
     matcher = ScoreMatcher()
 
-    async def main() -> None:
-        index = SemanticIndex(MemorySemanticStore(), matcher, 0.9)
-        assert await index.lookup(chat(q("pw", 0.50))) is None  # an empty context: nothing to compare, no embedding
-        assert matcher.calls == 0
-        await remember(index, q("pw", 0.10))
-        assert await index.lookup(chat(q("pw", 0.50))) is None
-        await index.add(chat(q("pw", 0.50)), exact_key(chat(q("pw", 0.50))))
-        await index.aclose()
-
-    asyncio.run(main())
+    index = SemanticIndex(MemorySemanticStore(), matcher, 0.9)
+    assert await index.lookup(chat(q("pw", 0.50))) is None  # an empty context: nothing to compare, no embedding
+    assert matcher.calls == 0
+    await remember(index, q("pw", 0.10))
+    assert await index.lookup(chat(q("pw", 0.50))) is None
+    await index.add(chat(q("pw", 0.50)), exact_key(chat(q("pw", 0.50))))
+    await index.aclose()
     assert matcher.calls == 2
 
 
-def test_uncacheable_bodies_are_neither_added_nor_looked_up() -> None:
+async def test_uncacheable_bodies_are_neither_added_nor_looked_up() -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": q("pw", 0.5)}]}]}
-
-    async def scenario(index: SemanticIndex) -> SemanticHit | None:
+    async with opened_index() as index:
         await index.add(body, "chat:v1:x")
-        return await index.lookup(body)
-
-    assert with_index(scenario) is None
+        found = await index.lookup(body)
+    assert found is None
 
 
 class FailingStore(MemorySemanticStore):
@@ -157,30 +139,24 @@ class FailingMatcher(ScoreMatcher):
         raise RuntimeError("triton unavailable")
 
 
-def test_store_failure_is_counted_and_served_as_a_miss() -> None:
+async def test_store_failure_is_counted_and_served_as_a_miss() -> None:
     before = errors("get"), errors("set")
 
-    async def main() -> SemanticHit | None:
-        index = SemanticIndex(FailingStore(), ScoreMatcher(), 0.9)
-        await index.add(chat(q("pw", 0.5)), "chat:v1:x")
-        return await index.lookup(chat(q("pw", 0.5)))
-
-    assert asyncio.run(main()) is None
+    index = SemanticIndex(FailingStore(), ScoreMatcher(), 0.9)
+    await index.add(chat(q("pw", 0.5)), "chat:v1:x")
+    assert await index.lookup(chat(q("pw", 0.5))) is None
     assert (errors("get"), errors("set")) == (before[0] + 1, before[1] + 1)
 
 
-def test_matcher_failure_is_counted_and_served_as_a_miss() -> None:
+async def test_matcher_failure_is_counted_and_served_as_a_miss() -> None:
     before = errors("fingerprint")
 
-    async def main() -> SemanticHit | None:
-        index = SemanticIndex(MemorySemanticStore(), FailingMatcher(), 0.9)
-        await index.store.add(
-            index.context(chat("x")), SemanticEntry(q("pw", 0.5).encode(), "k"), max_entries=5, ttl_seconds=60
-        )
-        await index.add(chat(q("pw", 0.6)), "chat:v1:x")
-        return await index.lookup(chat(q("pw", 0.5)))
-
-    assert asyncio.run(main()) is None
+    index = SemanticIndex(MemorySemanticStore(), FailingMatcher(), 0.9)
+    await index.store.add(
+        index.context(chat("x")), SemanticEntry(q("pw", 0.5).encode(), "k"), max_entries=5, ttl_seconds=60
+    )
+    await index.add(chat(q("pw", 0.6)), "chat:v1:x")
+    assert await index.lookup(chat(q("pw", 0.5))) is None
     assert errors("fingerprint") == before + 2
 
 

@@ -3,11 +3,8 @@ texts left out)."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import Counter
-from collections.abc import Awaitable
-from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -16,15 +13,6 @@ import pytest
 from gateway.cache.semantic.matchers import EmbeddingMatcher, SimHashMatcher
 from gateway.cache.semantic.simhash import simhash64
 from tests.helpers.semantic import similar
-
-T = TypeVar("T")
-
-
-def run(awaitable: Awaitable[T]) -> T:
-    async def main() -> T:
-        return await awaitable
-
-    return asyncio.run(main())
 
 
 class FixedEmbedder:
@@ -35,9 +23,9 @@ class FixedEmbedder:
         return np.array([self.vectors[t] for t in texts], dtype=np.float32)
 
 
-def test_embedding_matcher_fingerprints_are_unit_float32_and_similarity_is_the_dot_product() -> None:
+async def test_embedding_matcher_fingerprints_are_unit_float32_and_similarity_is_the_dot_product() -> None:
     matcher = EmbeddingMatcher(FixedEmbedder({"a": [3.0, 4.0], "b": [1.0, 0.0]}))
-    a, b = run(matcher.fingerprints(["a", "b"]))
+    a, b = await matcher.fingerprints(["a", "b"])
     assert np.frombuffer(a, dtype="<f4").tolist() == pytest.approx([0.6, 0.8])
     assert len(a) == 8
     assert matcher.similarity(a, b) == pytest.approx(0.6)
@@ -45,32 +33,32 @@ def test_embedding_matcher_fingerprints_are_unit_float32_and_similarity_is_the_d
     assert matcher.similarity(a, b"\x00" * 12) == 0.0  # another model's dimension is never a match
 
 
-def test_simhash_matcher_fingerprints_are_the_simhash_and_the_text_and_score_the_ngram_cosine() -> None:
+async def test_simhash_matcher_fingerprints_are_the_simhash_and_the_text_and_score_the_ngram_cosine() -> None:
     matcher = SimHashMatcher()
-    a, b = run(matcher.fingerprints(["Reset my  password", "reset my password!"]))
+    a, b = await matcher.fingerprints(["Reset my  password", "reset my password!"])
     assert int.from_bytes(a[:8], "little") == simhash64("reset my password") and a[8:] == b"reset my password"
     assert matcher.similarity(a, a) == 1.0
     assert matcher.similarity(a, b) == pytest.approx(cosine("reset my password", "reset my password!"))
     assert matcher.similarity(a, a[:8]) == 0.0  # a fingerprint without its text (an older format) never matches
 
 
-def test_simhash_matcher_does_not_take_a_question_about_another_subject_for_a_paraphrase() -> None:
+async def test_simhash_matcher_does_not_take_a_question_about_another_subject_for_a_paraphrase() -> None:
     """Found by the soak: two questions that share their frame and differ in subject and verb have 64-bit SimHashes
     within a few bits of each other (an estimate of 0.88 or more); their n-gram cosine is far below any threshold."""
     asked = "what is the reason a stream is retried on a region failover?"
     cached = "what is the reason a collection is limited by a region failover?"
     assert similar(asked, cached) >= 0.88
     matcher = SimHashMatcher()
-    a, b = run(matcher.fingerprints([asked, cached]))
+    a, b = await matcher.fingerprints([asked, cached])
     assert matcher.similarity(a, b) == pytest.approx(cosine(asked, cached))
     assert matcher.similarity(a, b) < 0.8
-    paraphrase = run(matcher.fingerprints(["so what is the reason a stream is retried on a region failover?"]))[0]
+    paraphrase = (await matcher.fingerprints(["so what is the reason a stream is retried on a region failover?"]))[0]
     assert matcher.similarity(a, paraphrase) >= 0.9
 
 
-def test_simhash_matcher_scores_far_pairs_by_their_estimate() -> None:
+async def test_simhash_matcher_scores_far_pairs_by_their_estimate() -> None:
     matcher = SimHashMatcher()
-    a, b = run(matcher.fingerprints(["how do I rotate an API key?", "the weather in Lisbon is mild in winter"]))
+    a, b = await matcher.fingerprints(["how do I rotate an API key?", "the weather in Lisbon is mild in winter"])
     assert matcher.similarity(a, b) == similar("how do I rotate an API key?", "the weather in Lisbon is mild in winter")
     assert matcher.similarity(a, b) < SimHashMatcher.PRUNE_BELOW
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from gateway.cache.semantic.stores import MemorySemanticStore, SemanticEntry, decode_entry, encode_entry
@@ -26,16 +24,13 @@ class ManualClock:
         return self.now
 
 
-def test_memory_store_expires_contexts_and_bounds_their_number() -> None:
+async def test_memory_store_expires_contexts_and_bounds_their_number() -> None:
     clock = ManualClock()
     store = MemorySemanticStore(max_contexts=2, clock=clock)
     entry = SemanticEntry(b"f", "k")
 
-    async def main() -> list[list[SemanticEntry]]:
-        for context in ("a", "b", "c"):
-            await store.add(context, entry, max_entries=5, ttl_seconds=10)
-        found = [await store.entries(c) for c in ("a", "b", "c")]
-        clock.now += 10
-        return [*found, await store.entries("c")]
-
-    assert asyncio.run(main()) == [[], [entry], [entry], []]
+    for context in ("a", "b", "c"):
+        await store.add(context, entry, max_entries=5, ttl_seconds=10)
+    found = [await store.entries(c) for c in ("a", "b", "c")]
+    clock.now += 10
+    assert [*found, await store.entries("c")] == [[], [entry], [entry], []]

@@ -1,4 +1,4 @@
-"""LLMClient.models: the upstream's GET /models, against a local aiohttp server; errors in the gateway's classes."""
+"""ChatClient.models: the upstream's GET /models, against a local aiohttp server; errors in the gateway's classes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from gateway.errors import GatewayError, UpstreamError
-from gateway.settings import HunyuanSettings
-from gateway.upstreams.llm import LLMClient, LLMNotConfiguredError, LLMUnavailableError, LLMUpstreamError
+from gateway.settings import ChatSettings
+from gateway.upstreams.chat import ChatClient, ChatNotConfiguredError, ChatUnavailableError, ChatUpstreamError
 
 KEY = "hy-secret-key-5678"
 ENTRIES = [{"id": "hy3-preview", "object": "model", "created": 1, "owned_by": "tencent"}]
@@ -37,9 +37,9 @@ def _models_against(status: int, body: Any) -> tuple[list[dict[str, Any]] | Gate
         site = web.SockSite(runner, socket.create_server(("127.0.0.1", 0)))
         await site.start()
         port = int(runner.addresses[0][1])
-        settings = HunyuanSettings(base_url=f"http://127.0.0.1:{port}/v1/", api_key=SecretStr(KEY))
+        settings = ChatSettings(base_url=f"http://127.0.0.1:{port}/v1/", api_key=SecretStr(KEY))
         try:
-            async with LLMClient(settings) as client:
+            async with ChatClient(settings) as client:
                 return await client.models()
         except GatewayError as raised:
             return raised
@@ -58,10 +58,10 @@ def test_lists_the_upstreams_entries_with_the_key() -> None:
 @pytest.mark.parametrize(
     ("status", "body", "error"),
     [
-        (401, {"error": {"message": f"invalid key {KEY}"}}, LLMUpstreamError),
-        (503, {"error": {"message": "overloaded"}}, LLMUnavailableError),
-        (200, "not json", LLMUpstreamError),
-        (200, {"object": "list"}, LLMUpstreamError),
+        (401, {"error": {"message": f"invalid key {KEY}"}}, ChatUpstreamError),
+        (503, {"error": {"message": "overloaded"}}, ChatUnavailableError),
+        (200, "not json", ChatUpstreamError),
+        (200, {"object": "list"}, ChatUpstreamError),
     ],
     ids=["rejected-key", "unavailable", "not-json", "no-data"],
 )
@@ -75,20 +75,20 @@ def test_failures_are_upstream_errors_without_the_key(status: int, body: Any, er
 def test_an_unreachable_upstream_is_unavailable() -> None:
     with socket.create_server(("127.0.0.1", 0)) as reserved:
         port = reserved.getsockname()[1]
-    settings = HunyuanSettings(base_url=f"http://127.0.0.1:{port}/v1", api_key=SecretStr(KEY))
+    settings = ChatSettings(base_url=f"http://127.0.0.1:{port}/v1", api_key=SecretStr(KEY))
 
     async def main() -> None:
-        async with LLMClient(settings) as client:
+        async with ChatClient(settings) as client:
             await client.models()
 
-    with pytest.raises(LLMUnavailableError):
+    with pytest.raises(ChatUnavailableError):
         asyncio.run(main())
 
 
 def test_without_a_key_it_is_not_configured() -> None:
     async def main() -> None:
-        async with LLMClient(HunyuanSettings(base_url="http://127.0.0.1:1/v1", api_key=None)) as client:
+        async with ChatClient(ChatSettings(base_url="http://127.0.0.1:1/v1", api_key=None)) as client:
             await client.models()
 
-    with pytest.raises(LLMNotConfiguredError, match="HUNYUAN_API_KEY"):
+    with pytest.raises(ChatNotConfiguredError, match="CHAT_API_KEY"):
         asyncio.run(main())

@@ -1,4 +1,5 @@
-"""Hunyuan (OpenAI-compatible chat) over one pooled `aiohttp.ClientSession` per host for the process lifetime.
+"""The chat upstream (OpenAI-compatible; TokenHub by default) over one pooled `aiohttp.ClientSession` per host
+for the process lifetime.
 
 aiohttp rather than httpx here: a profile of the gateway proxying non-streamed completions at
 concurrency 32 put half of its CPU in httpx/httpcore (an expiry check of every pooled connection on
@@ -7,7 +8,7 @@ each request, anyio locks); aiohttp's C parser and connector cost a fraction of 
 Retries happen only before the first byte of an answer (for a stream: its first chunk); after it, the
 client already has data and a retry would duplicate it. Within one attempt a host that cannot be reached,
 answers 5xx, or breaks or stalls before its first chunk passes the call to the next host at once
-(`llm_hosts.py`); a 429 (the account's, on every host) or a round where every host failed waits for the
+(`chat_hosts.py`); a 429 (the account's, on every host) or a round where every host failed waits for the
 back-off with jitter (or `Retry-After`), then `before_retry` (the quota's pacing), then tries again.
 `aiohttp.ClientError` never leaves this module.
 """
@@ -34,9 +35,9 @@ from gateway.errors import (
     UpstreamUnavailableError,
     without_secret,
 )
-from gateway.settings import HunyuanSettings
+from gateway.settings import ChatSettings
+from gateway.upstreams.chat_hosts import ChatHost, ChatHosts
 from gateway.upstreams.http_errors import UpstreamErrors, retry_after_seconds
-from gateway.upstreams.llm_hosts import LLMHost, LLMHosts
 from gateway.upstreams.pool import strict_json
 
 tracer = trace.get_tracer(__name__)
@@ -47,37 +48,72 @@ DRAIN_SECONDS = 1.0  # how long the end of a body may take after [DONE] before i
 MAX_LINE_BYTES = 2**21  # one SSE line, far above any chunk an answer streams: a longer one breaks the stream
 
 
-class LLMUpstreamError(UpstreamError):
-    """The upstream failed in a way the client cannot fix."""
+class ChatUpstreamError(UpstreamError):
+    """The chat upstream failed in a way the client cannot fix: it refused the gateway's credentials (401,
+    403), answered an unexpected error status, or an unreadable completion or model list.
+
+    Do: client: retry later; operator: for credentials check `CHAT_API_KEY`, otherwise the message quotes the
+    upstream's answer.
+    """
 
 
-class LLMUnavailableError(UpstreamUnavailableError):
-    pass
+class ChatUnavailableError(UpstreamUnavailableError):
+    """The chat upstream could not be reached or answered 502, 503 or 504, on every attempt and host; or every
+    host's circuit breaker is open (then with `Retry-After`).
+
+    Do: client: retry later; operator: reach `CHAT_BASE_URL` from a pod, the vendor's status;
+    `CHAT_BACKUP_BASE_URLS` and `CHAT_FALLBACK_MODELS` soften the next outage.
+    """
 
 
 ERRORS = UpstreamErrors(
-    "chat upstream", "HUNYUAN_API_KEY", LLMUpstreamError, LLMUnavailableError, not_found_param="model"
+    "chat upstream", "CHAT_API_KEY", ChatUpstreamError, ChatUnavailableError, not_found_param="model"
 )
 
 
-class LLMTimeoutError(UpstreamTimeoutError):
-    pass
+class ChatTimeoutError(UpstreamTimeoutError):
+    """The chat upstream did not connect (`CHAT_CONNECT_TIMEOUT_SECONDS`) or send its answer's first byte
+    (`CHAT_FIRST_BYTE_TIMEOUT_SECONDS`) in time, on every attempt.
+
+    Do: client: retry; operator: the vendor's latency; long reasoning before the first token needs a longer
+    first-byte timeout.
+    """
 
 
-class LLMNotConfiguredError(UpstreamUnavailableError):
+class ChatNotConfiguredError(UpstreamUnavailableError):
+    """A chat route was called on a gateway started without `CHAT_API_KEY`.
+
+    Do: operator: set `CHAT_API_KEY` (Helm: the gateway's Secret) and restart the gateway.
+    """
+
     code = "not_configured"
 
 
-class LLMStreamBrokenError(LLMUpstreamError):
-    """The upstream stream ended without [DONE] after sending data."""
+class ChatStreamBrokenError(ChatUpstreamError):
+    """The chat upstream's stream broke (connection lost, a line too long or not UTF-8) or ended without
+    `[DONE]`. Before its first chunk the next host or attempt is tried; after it, the client's stream ends with
+    this error as its last event.
+
+    Do: client: send the request again (a cut answer is not a finished one); operator:
+    `gateway_chat_upstream_errors_total{reason="stream_broken"}` by host.
+    """
 
 
-class LLMStreamStalledError(LLMTimeoutError):
-    """The upstream stream went silent for longer than the first-byte timeout."""
+class ChatStreamStalledError(ChatTimeoutError):
+    """The chat upstream's stream went silent for longer than `CHAT_FIRST_BYTE_TIMEOUT_SECONDS`. Before its
+    first chunk the next host or attempt is tried; after it, the client's stream ends with this error as its
+    last event.
+
+    Do: client: send the request again; operator: the vendor's latency, or a longer first-byte timeout for
+    models that pause that long.
+    """
 
 
 class _RetryableError(Exception):
-    """A failure before the first byte that another attempt may not repeat."""
+    """A failure before the first byte that another attempt may not repeat; never answered as itself.
+
+    Do: nothing: the client tries again after a back-off, and the last attempt raises `error`.
+    """
 
     def __init__(self, error: GatewayError, retry_after: str | None = None) -> None:
         super().__init__(error.message)
@@ -87,22 +123,25 @@ class _RetryableError(Exception):
 
 class _HostFailedError(_RetryableError):
     """The host could not be reached, answered 5xx, or its stream broke or stalled before the first chunk:
-    the next host may do better at once."""
+    the next host may do better at once.
+
+    Do: nothing: the next host is tried, and the host's circuit breaker counts the failure.
+    """
 
 
-class LLMClient:
-    """Chat completions against `HUNYUAN_BASE_URL`, then its backups; use as an async context manager or call
+class ChatClient:
+    """Chat completions against `CHAT_BASE_URL`, then its backups; use as an async context manager or call
     `aclose`."""
 
-    def __init__(self, settings: HunyuanSettings) -> None:
+    def __init__(self, settings: ChatSettings) -> None:
         self._settings = settings
-        self._hosts = LLMHosts(settings)
+        self._hosts = ChatHosts(settings)
 
     @property
     def configured(self) -> bool:
         return self._settings.api_key is not None
 
-    async def __aenter__(self) -> LLMClient:
+    async def __aenter__(self) -> ChatClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -118,34 +157,34 @@ class LLMClient:
             try:
                 payload = json.loads(await response.read())
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                raise LLMUpstreamError(f"upstream answered an unreadable completion: {type(exc).__name__}") from exc
+                raise ChatUpstreamError(f"upstream answered an unreadable completion: {type(exc).__name__}") from exc
         if not isinstance(payload, dict):
-            raise LLMUpstreamError("upstream answered a completion that is not a JSON object")
+            raise ChatUpstreamError("upstream answered a completion that is not a JSON object")
         return payload
 
     async def models(self) -> list[dict[str, Any]]:
         """The upstream's `GET /models` entries (OpenAI's `data`), in one attempt: a listing is not worth retrying."""
         if self._settings.api_key is None:
-            raise LLMNotConfiguredError("chat is not configured: set HUNYUAN_API_KEY")
+            raise ChatNotConfiguredError("chat is not configured: set CHAT_API_KEY")
         headers = {"Authorization": f"Bearer {self._settings.api_key.get_secret_value()}"}
         host = self._hosts.preferred()
         try:
             async with host.pool.get().get(host.models_url, headers=headers) as response:
                 if response.status >= 400:
-                    metrics.LLM_ERRORS.labels(reason=str(response.status), host=host.name).inc()
+                    metrics.CHAT_UPSTREAM_ERRORS.labels(reason=str(response.status), host=host.name).inc()
                     raise await _error_of(response, self._settings.api_key)
                 payload = json.loads(await response.read())
         except TimeoutError as exc:
-            metrics.LLM_ERRORS.labels(reason="timeout", host=host.name).inc()
-            raise LLMTimeoutError("chat upstream did not answer in time") from exc
+            metrics.CHAT_UPSTREAM_ERRORS.labels(reason="timeout", host=host.name).inc()
+            raise ChatTimeoutError("chat upstream did not answer in time") from exc
         except aiohttp.ClientError as exc:
-            metrics.LLM_ERRORS.labels(reason="connection", host=host.name).inc()
-            raise LLMUnavailableError(f"chat upstream unreachable: {type(exc).__name__}") from exc
+            metrics.CHAT_UPSTREAM_ERRORS.labels(reason="connection", host=host.name).inc()
+            raise ChatUnavailableError(f"chat upstream unreachable: {type(exc).__name__}") from exc
         except ValueError as exc:
-            raise LLMUpstreamError("upstream answered a model list that is not JSON") from exc
+            raise ChatUpstreamError("upstream answered a model list that is not JSON") from exc
         data = payload.get("data") if isinstance(payload, dict) else None
         if not isinstance(data, list):
-            raise LLMUpstreamError("upstream answered a model list without a data array")
+            raise ChatUpstreamError("upstream answered a model list without a data array")
         return [entry for entry in data if isinstance(entry, dict) and isinstance(entry.get("id"), str)]
 
     @asynccontextmanager
@@ -169,7 +208,7 @@ class LLMClient:
         """The first successful response (and, for a stream, its payloads from the first one on); failures
         before it are retried when retrying can help."""
         if self._settings.api_key is None:
-            raise LLMNotConfiguredError("chat is not configured: set HUNYUAN_API_KEY")
+            raise ChatNotConfiguredError("chat is not configured: set CHAT_API_KEY")
         headers = {
             "Authorization": f"Bearer {self._settings.api_key.get_secret_value()}",
             "Content-Type": "application/json",
@@ -178,7 +217,7 @@ class LLMClient:
         attempts = self._settings.max_retries + 1
         # A span that is not made "current": a stream is opened in one task and closed in another,
         # where a context token could not be reset. Its context still travels in the headers.
-        span = tracer.start_span("llm.chat", attributes={"llm.model": str(body.get("model", ""))})
+        span = tracer.start_span("chat.upstream", attributes={"chat.model": str(body.get("model", ""))})
         propagate.inject(headers, context=trace.set_span_in_context(span))
         try:
             for attempt in range(attempts):
@@ -191,8 +230,8 @@ class LLMClient:
                     if before_retry is not None:
                         await before_retry()
                     continue
-                span.set_attribute("llm.host", host.name)
-                metrics.LLM_CALLS.labels(model=str(body.get("model", "")), host=host.name).inc()
+                span.set_attribute("chat.host", host.name)
+                metrics.CHAT_UPSTREAM_CALLS.labels(model=str(body.get("model", "")), host=host.name).inc()
                 payloads = _prepend(first, events)
                 try:
                     yield response, payloads
@@ -211,7 +250,7 @@ class LLMClient:
 
     async def _on_some_host(
         self, data: bytes, headers: dict[str, str], stream: bool
-    ) -> tuple[LLMHost, aiohttp.ClientResponse, list[str] | None, AsyncGenerator[list[str], None]]:
+    ) -> tuple[ChatHost, aiohttp.ClientResponse, list[str] | None, AsyncGenerator[list[str], None]]:
         """One attempt: each host whose breaker lets it, in order, until one answers. A 429 is the account's
         (every host shares it) and ends the attempt; so does a 4xx, which no host would answer otherwise."""
         failure: _HostFailedError | None = None
@@ -233,27 +272,27 @@ class LLMClient:
         if failure is not None:
             raise failure
         seconds = self._hosts.retry_after_seconds()
-        raise LLMUnavailableError(
+        raise ChatUnavailableError(
             f"every chat upstream host is failing; retry in {seconds} s", headers={"Retry-After": str(seconds)}
         )
 
     async def _attempt(
-        self, host: LLMHost, data: bytes, headers: dict[str, str], stream: bool
+        self, host: ChatHost, data: bytes, headers: dict[str, str], stream: bool
     ) -> tuple[aiohttp.ClientResponse, list[str] | None, AsyncGenerator[list[str], None]]:
         """The response, and for a stream its first batch of payloads (None: [DONE] came first) and the
         batches after it."""
         try:
             response = await host.pool.get().post(host.chat_url, data=data, headers=headers)
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors too
-            metrics.LLM_ERRORS.labels(reason="timeout", host=host.name).inc()
-            raise _HostFailedError(LLMTimeoutError("chat upstream did not answer in time")) from exc
+            metrics.CHAT_UPSTREAM_ERRORS.labels(reason="timeout", host=host.name).inc()
+            raise _HostFailedError(ChatTimeoutError("chat upstream did not answer in time")) from exc
         except aiohttp.ClientError as exc:
-            metrics.LLM_ERRORS.labels(reason="connection", host=host.name).inc()
-            raise _HostFailedError(LLMUnavailableError(f"chat upstream unreachable: {type(exc).__name__}")) from exc
+            metrics.CHAT_UPSTREAM_ERRORS.labels(reason="connection", host=host.name).inc()
+            raise _HostFailedError(ChatUnavailableError(f"chat upstream unreachable: {type(exc).__name__}")) from exc
         if response.status >= 400:
             error = await _error_of(response, self._settings.api_key)
             response.close()
-            metrics.LLM_ERRORS.labels(reason=str(response.status), host=host.name).inc()
+            metrics.CHAT_UPSTREAM_ERRORS.labels(reason=str(response.status), host=host.name).inc()
             if response.status >= 500:
                 raise _HostFailedError(error, response.headers.get("retry-after"))
             if response.status == 429:
@@ -264,7 +303,7 @@ class LLMClient:
         events = _events(response, host.name)
         try:
             first = await anext(events, None)
-        except (LLMUpstreamError, LLMTimeoutError) as exc:  # it broke or stalled before its first chunk
+        except (ChatUpstreamError, ChatTimeoutError) as exc:  # it broke or stalled before its first chunk
             response.close()
             raise _HostFailedError(exc) from exc
         except BaseException:
@@ -324,13 +363,13 @@ async def _events(response: aiohttp.ClientResponse, host: str) -> AsyncGenerator
             if batch:
                 yield batch
     except TimeoutError as exc:  # aiohttp's read timeout: nothing for first_byte_timeout_seconds
-        metrics.LLM_ERRORS.labels(reason="timeout", host=host).inc()
-        raise LLMStreamStalledError("chat upstream stream stalled: no chunk in time") from exc
+        metrics.CHAT_UPSTREAM_ERRORS.labels(reason="timeout", host=host).inc()
+        raise ChatStreamStalledError("chat upstream stream stalled: no chunk in time") from exc
     except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a line too long, or not UTF-8
-        metrics.LLM_ERRORS.labels(reason="stream_broken", host=host).inc()
-        raise LLMStreamBrokenError(f"chat upstream stream broke: {type(exc).__name__}") from exc
-    metrics.LLM_ERRORS.labels(reason="stream_broken", host=host).inc()
-    raise LLMStreamBrokenError("chat upstream stream ended without [DONE]")
+        metrics.CHAT_UPSTREAM_ERRORS.labels(reason="stream_broken", host=host).inc()
+        raise ChatStreamBrokenError(f"chat upstream stream broke: {type(exc).__name__}") from exc
+    metrics.CHAT_UPSTREAM_ERRORS.labels(reason="stream_broken", host=host).inc()
+    raise ChatStreamBrokenError("chat upstream stream ended without [DONE]")
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:

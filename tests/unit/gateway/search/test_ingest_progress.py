@@ -4,7 +4,6 @@ The gateway is an httpx mock that acknowledges every batch."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import re
@@ -31,24 +30,24 @@ def gateway(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(httpx, "AsyncClient", partial(httpx.AsyncClient, transport=transport))
 
 
-def run(tmp_path: Path, stream: io.StringIO, *, quiet: bool = False) -> int:
+async def run(tmp_path: Path, stream: io.StringIO, *, quiet: bool = False) -> int:
     """150 documents, with a blank line among the first 20, which an earlier run acknowledged (19 documents)."""
     lines = [json.dumps({"id": f"d{n}", "text": f"document {n}"}) for n in range(150)]
     lines.insert(5, "")
     source = tmp_path / "docs.jsonl"
     source.write_text("\n".join(lines) + "\n")
     (tmp_path / "docs.jsonl.bulk.progress").write_text("0 20\n")
-    return asyncio.run(
-        ingest(source, "bulk", url="http://gateway", key=None, batch=16, concurrency=3, quiet=quiet, stream=stream)
+    return await ingest(
+        source, "bulk", url="http://gateway", key=None, batch=16, concurrency=3, quiet=quiet, stream=stream
     )
 
 
-def test_a_piped_run_prints_plain_lines_now_and_then_and_no_bar(
+async def test_a_piped_run_prints_plain_lines_now_and_then_and_no_bar(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ingest_module, "PLAIN_EVERY_S", 0.0)  # a line for every batch
     stream = io.StringIO()
-    assert run(tmp_path, stream) == 131
+    assert await run(tmp_path, stream) == 131
     output = stream.getvalue()
     assert "\r" not in output and "\x1b" not in output, repr(output)
     lines = output.splitlines()
@@ -58,15 +57,15 @@ def test_a_piped_run_prints_plain_lines_now_and_then_and_no_bar(
     assert len(lines) == -(-131 // 16)  # one per batch, none repeated at the end
 
 
-def test_a_quick_piped_run_prints_only_where_it_ended(tmp_path: Path) -> None:
+async def test_a_quick_piped_run_prints_only_where_it_ended(tmp_path: Path) -> None:
     stream = io.StringIO()
-    run(tmp_path, stream)  # well under PLAIN_EVERY_S
+    await run(tmp_path, stream)  # well under PLAIN_EVERY_S
     assert PLAIN.fullmatch(stream.getvalue().removesuffix("\n")), repr(stream.getvalue())
 
 
-def test_on_a_terminal_the_bar_starts_at_the_acknowledged_count_and_reaches_the_total(tmp_path: Path) -> None:
+async def test_on_a_terminal_the_bar_starts_at_the_acknowledged_count_and_reaches_the_total(tmp_path: Path) -> None:
     stream = Terminal()
-    assert run(tmp_path, stream) == 131
+    assert await run(tmp_path, stream) == 131
     frames = [frame for frame in stream.getvalue().split("\r") if frame.strip()]
     assert len(frames) >= 2, frames
     assert re.search(r"\| 19/150 \[00:00<\?, \? documents/s\]", frames[0]), frames[0]
@@ -75,7 +74,7 @@ def test_on_a_terminal_the_bar_starts_at_the_acknowledged_count_and_reaches_the_
 
 
 @pytest.mark.parametrize("stream", [Terminal, io.StringIO], ids=["terminal", "piped"])
-def test_quiet_prints_nothing(tmp_path: Path, stream: type[io.StringIO]) -> None:
+async def test_quiet_prints_nothing(tmp_path: Path, stream: type[io.StringIO]) -> None:
     shown = stream()
-    assert run(tmp_path, shown, quiet=True) == 131
+    assert await run(tmp_path, shown, quiet=True) == 131
     assert shown.getvalue() == ""

@@ -17,7 +17,7 @@ from gateway.services.search_reindex import ReindexJobs
 from gateway.settings import LimitSettings
 from gateway.tasks.model import Task, TaskState
 from gateway.tasks.sqlite_store import SqliteTaskStore
-from tests.unit.gateway.test_search_reindex import DOCUMENTS, SwitchingEmbedder, stored_collection
+from tests.unit.gateway.services.test_search_reindex import DOCUMENTS, SwitchingEmbedder, stored_collection
 
 
 class FailingOnceTaskStore(SqliteTaskStore):
@@ -41,12 +41,12 @@ def runner(tasks: SqliteTaskStore, store: EmbeddedStore, owner: str) -> ReindexJ
     )
 
 
-def test_the_next_scan_runs_the_job_after_a_scan_raised_a_non_gateway_error(
+async def test_the_next_scan_runs_the_job_after_a_scan_raised_a_non_gateway_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     internal = metrics.REINDEX_SCAN_FAILURES.labels(reason="internal")
 
-    async def scenario() -> None:
+    with caplog.at_level(logging.DEBUG, logger="gateway.services.search_reindex"):
         store = EmbeddedStore(tmp_path / "search")
         await stored_collection(store, "rev1")
         # A job accepted by a process that then went away before running it: only a scan takes it up.
@@ -73,9 +73,6 @@ def test_the_next_scan_runs_the_job_after_a_scan_raised_a_non_gateway_error(
         finally:
             await jobs.aclose()
             await store.aclose()
-
-    with caplog.at_level(logging.DEBUG, logger="gateway.services.search_reindex"):
-        asyncio.run(scenario())
     errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
     assert [record.getMessage() for record in errors] == ["scanning re-index jobs failed; retrying at each scan"]
     assert errors[0].exc_info is not None and "an unexpected failure in the scan" in str(errors[0].exc_info[1])

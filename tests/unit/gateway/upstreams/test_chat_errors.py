@@ -1,4 +1,4 @@
-"""LLMClient's reading of upstream errors, against a local aiohttp server that answers each test's error."""
+"""ChatClient's reading of upstream errors, against a local aiohttp server that answers each test's error."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from gateway.errors import GatewayError, InvalidRequestError
-from gateway.settings import HunyuanSettings
-from gateway.upstreams.llm import LLMClient, LLMUpstreamError
+from gateway.settings import ChatSettings
+from gateway.upstreams.chat import ChatClient, ChatUpstreamError
 
 KEY = "hy-secret-key-5678"
 
 
 def _complete_against(status: int, error: dict[str, Any]) -> GatewayError:
-    """The error LLMClient raises when every attempt is answered `status` with `error` as the body."""
+    """The error ChatClient raises when every attempt is answered `status` with `error` as the body."""
 
     async def answer(request: web.Request) -> web.Response:
         return web.Response(status=status, text=json.dumps({"error": error}), content_type="application/json")
@@ -32,11 +32,11 @@ def _complete_against(status: int, error: dict[str, Any]) -> GatewayError:
         site = web.SockSite(runner, socket.create_server(("127.0.0.1", 0)))
         await site.start()
         port = int(runner.addresses[0][1])
-        settings = HunyuanSettings(
+        settings = ChatSettings(
             base_url=f"http://127.0.0.1:{port}/v1", api_key=SecretStr(KEY), max_retries=1, retry_base_seconds=0.001
         )
         try:
-            async with LLMClient(settings) as client:
+            async with ChatClient(settings) as client:
                 await client.complete({"model": "m", "messages": []})
         except GatewayError as raised:
             return raised
@@ -64,4 +64,4 @@ def test_a_refusal_keeps_the_upstream_message_and_code() -> None:
 
 def test_rejected_credentials_name_the_variable() -> None:
     raised = _complete_against(401, {"message": f"invalid key {KEY}", "code": "invalid_api_key"})
-    assert isinstance(raised, LLMUpstreamError) and "HUNYUAN_API_KEY" in str(raised) and KEY not in str(raised)
+    assert isinstance(raised, ChatUpstreamError) and "CHAT_API_KEY" in str(raised) and KEY not in str(raised)

@@ -73,50 +73,44 @@ def jobs(tmp_path: Path, store: EmbeddedStore, embedder: SwitchingEmbedder) -> R
     )
 
 
-def test_a_revision_served_during_the_job_restarts_it_with_that_revision(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        store = EmbeddedStore(tmp_path / "search")
-        embedder = SwitchingEmbedder("rev2")
-        embedder.switch_after, embedder.next_revision = 1, "rev3"  # after the first page
-        await stored_collection(store, "rev1")
-        runner = jobs(tmp_path, store, embedder)
-        await runner.start()
-        try:
-            task, created = await runner.submit("c")
-            assert created and task.arguments["model_revision"] == "rev2"
-            while not task.state.terminal:
-                await asyncio.sleep(0.01)
-                task = await runner.get("c", task.id)
-            assert task.state == TaskState.COMPLETED and task.arguments["model_revision"] == "rev3"
-            assert (task.result or {})["documents"] == DOCUMENTS
-            assert sorted(text for revision, text in embedder.embedded if revision == "rev3") == sorted(
-                f"text {n}" for n in range(DOCUMENTS)
-            )
-            collection = await store.get_collection("c")
-            assert (collection.model_revision, collection.reindex_task) == ("rev3", None)
-            assert collection.documents == DOCUMENTS
-            hits = await store.search("c", np.array([1.0, 0, 0, 0], dtype=np.float32), DOCUMENTS, None, None)
-            assert len(hits) == DOCUMENTS and min(hit.score for hit in hits) > 0.99  # every vector replaced
-        finally:
-            await runner.aclose()
-            await store.aclose()
-
-    asyncio.run(scenario())
+async def test_a_revision_served_during_the_job_restarts_it_with_that_revision(tmp_path: Path) -> None:
+    store = EmbeddedStore(tmp_path / "search")
+    embedder = SwitchingEmbedder("rev2")
+    embedder.switch_after, embedder.next_revision = 1, "rev3"  # after the first page
+    await stored_collection(store, "rev1")
+    runner = jobs(tmp_path, store, embedder)
+    await runner.start()
+    try:
+        task, created = await runner.submit("c")
+        assert created and task.arguments["model_revision"] == "rev2"
+        while not task.state.terminal:
+            await asyncio.sleep(0.01)
+            task = await runner.get("c", task.id)
+        assert task.state == TaskState.COMPLETED and task.arguments["model_revision"] == "rev3"
+        assert (task.result or {})["documents"] == DOCUMENTS
+        assert sorted(text for revision, text in embedder.embedded if revision == "rev3") == sorted(
+            f"text {n}" for n in range(DOCUMENTS)
+        )
+        collection = await store.get_collection("c")
+        assert (collection.model_revision, collection.reindex_task) == ("rev3", None)
+        assert collection.documents == DOCUMENTS
+        hits = await store.search("c", np.array([1.0, 0, 0, 0], dtype=np.float32), DOCUMENTS, None, None)
+        assert len(hits) == DOCUMENTS and min(hit.score for hit in hits) > 0.99  # every vector replaced
+    finally:
+        await runner.aclose()
+        await store.aclose()
 
 
-def test_a_model_with_other_dimensions_is_refused_and_nothing_changes(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        store = EmbeddedStore(tmp_path / "search")
-        await stored_collection(store, "rev1")
-        runner = jobs(tmp_path, store, SwitchingEmbedder("rev2", dimension=8))
-        try:
-            with pytest.raises(ConflictError) as refused:
-                await runner.submit("c")
-            assert refused.value.code == "dimensions_changed" and "create a new collection" in refused.value.message
-            collection = await store.collection("c")
-            assert (collection.model_revision, collection.reindex_task) == ("rev1", None)
-        finally:
-            await runner.aclose()
-            await store.aclose()
-
-    asyncio.run(scenario())
+async def test_a_model_with_other_dimensions_is_refused_and_nothing_changes(tmp_path: Path) -> None:
+    store = EmbeddedStore(tmp_path / "search")
+    await stored_collection(store, "rev1")
+    runner = jobs(tmp_path, store, SwitchingEmbedder("rev2", dimension=8))
+    try:
+        with pytest.raises(ConflictError) as refused:
+            await runner.submit("c")
+        assert refused.value.code == "dimensions_changed" and "create a new collection" in refused.value.message
+        collection = await store.collection("c")
+        assert (collection.model_revision, collection.reindex_task) == ("rev1", None)
+    finally:
+        await runner.aclose()
+        await store.aclose()

@@ -13,7 +13,7 @@ from gateway.keys.limiter import KeyLimiter, LocalKeyLimiter, RedisKeyLimiter
 from gateway.keys.resolver import KeyResolver, env_keys
 from gateway.keys.store import build_key_store
 from gateway.redis_client import RedisConnection
-from gateway.settings import Settings
+from gateway.settings import AuthSettings, UsageSettings
 from gateway.usage.pricing import PriceTable
 from gateway.usage.recorder import UsageRecorder
 from gateway.usage.spool import UsageSpool
@@ -25,8 +25,7 @@ class KeyServices:
     refreshes, `aclose()` stops them and closes the stores. `redis` is the process's shared connection (None
     without REDIS_URL)."""
 
-    def __init__(self, settings: Settings, redis: RedisConnection | None) -> None:
-        auth = settings.auth
+    def __init__(self, auth: AuthSettings, usage: UsageSettings, redis: RedisConnection | None) -> None:
         self.resolver = KeyResolver(
             env_keys(auth.keys()),
             keys_file=auth.keys_file,
@@ -36,7 +35,6 @@ class KeyServices:
         self.limiter: KeyLimiter = RedisKeyLimiter(redis) if redis else LocalKeyLimiter()
         self.gatekeeper = Gatekeeper(self.resolver, self.limiter)
         self.admin = KeyAdmin(self.resolver)
-        usage = settings.usage
         store = build_usage_store(redis, usage.usage_sqlite_path)
         spool = UsageSpool(usage.usage_spool_path, usage.usage_spool_max_records) if redis else None
         self.usage = UsageRecorder(store, PriceTable(usage.prices), self.limiter, self.resolver, spool)

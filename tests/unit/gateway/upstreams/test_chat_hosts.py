@@ -1,4 +1,4 @@
-"""The chat upstream's hosts: order, one breaker per host, and LLMClient's failover between local aiohttp servers."""
+"""The chat upstream's hosts: order, one breaker per host, and ChatClient's failover between local aiohttp servers."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
 from gateway.errors import UpstreamError, UpstreamUnavailableError
-from gateway.settings import HunyuanSettings
+from gateway.settings import ChatSettings
 from gateway.upstreams.breaker import BreakerState
-from gateway.upstreams.llm import LLMClient
-from gateway.upstreams.llm_hosts import LLMHosts, host_name
+from gateway.upstreams.chat import ChatClient
+from gateway.upstreams.chat_hosts import ChatHosts, host_name
 from localtriton.ports import free_port
 
 COMPLETION = {"object": "chat.completion", "choices": [{"index": 0, "message": {"content": "hi"}}]}
@@ -32,7 +32,7 @@ class Clock:
         return self.now
 
 
-def settings(*urls: str, **overrides: Any) -> HunyuanSettings:
+def settings(*urls: str, **overrides: Any) -> ChatSettings:
     values: dict[str, Any] = {
         "base_url": urls[0],
         "backup_base_urls": ",".join(urls[1:]),
@@ -41,7 +41,7 @@ def settings(*urls: str, **overrides: Any) -> HunyuanSettings:
         "breaker_failures": 2,
         "breaker_reset_seconds": 10.0,
     }
-    return HunyuanSettings(**{**values, **overrides})
+    return ChatSettings(**{**values, **overrides})
 
 
 def test_base_urls_are_the_primary_then_the_backups_each_once() -> None:
@@ -53,7 +53,7 @@ def test_base_urls_are_the_primary_then_the_backups_each_once() -> None:
 
 def test_an_open_host_is_skipped_and_a_later_host_tried_until_its_probe() -> None:
     clock = Clock()
-    hosts = LLMHosts(settings("https://a.example/v1", "https://b.example/v1"), clock=clock)
+    hosts = ChatHosts(settings("https://a.example/v1", "https://b.example/v1"), clock=clock)
     primary, backup = list(hosts)
     for _ in range(2):
         primary.breaker.record_failure()
@@ -94,7 +94,7 @@ async def server(status: int = 200) -> AsyncIterator[tuple[str, list[int]]]:
 
 
 def calls_counted(host: str) -> float:
-    return REGISTRY.get_sample_value("gateway_llm_upstream_calls_total", {"model": "m", "host": host}) or 0.0
+    return REGISTRY.get_sample_value("gateway_chat_upstream_calls_total", {"model": "m", "host": host}) or 0.0
 
 
 def test_a_refused_or_5xx_primary_falls_over_to_the_backup_within_one_attempt_and_the_metric_names_it() -> None:
@@ -102,7 +102,7 @@ def test_a_refused_or_5xx_primary_falls_over_to_the_backup_within_one_attempt_an
         refused = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
         async with server(503) as (failing, failing_calls), server() as (backup, backup_calls):
             before = calls_counted(host_name(backup))
-            async with LLMClient(settings(refused, failing, backup, max_retries=0)) as client:
+            async with ChatClient(settings(refused, failing, backup, max_retries=0)) as client:
                 assert await client.complete({"model": "m", "messages": []}) == COMPLETION
                 assert failing_calls == [1] and backup_calls == [1]
                 assert calls_counted(host_name(backup)) == before + 1 and calls_counted(host_name(failing)) == 0
@@ -119,7 +119,7 @@ def test_when_every_host_fails_the_attempt_is_retried_and_then_every_breaker_ope
         async with (
             server(500) as (first, first_calls),
             server(502) as (second, second_calls),
-            LLMClient(settings(first, second, max_retries=1)) as client,
+            ChatClient(settings(first, second, max_retries=1)) as client,
         ):
             with pytest.raises(UpstreamUnavailableError):  # the last host's 502
                 await client.complete({"model": "m", "messages": []})
@@ -136,7 +136,7 @@ def test_a_429_is_the_accounts_and_does_not_move_to_the_next_host() -> None:
         async with (
             server(429) as (limited, limited_calls),
             server() as (backup, backup_calls),
-            LLMClient(settings(limited, backup, max_retries=0)) as client,
+            ChatClient(settings(limited, backup, max_retries=0)) as client,
         ):
             with pytest.raises(Exception, match="quota exceeded"):
                 await client.complete({"model": "m", "messages": []})
@@ -147,7 +147,7 @@ def test_a_429_is_the_accounts_and_does_not_move_to_the_next_host() -> None:
 
 def test_a_single_host_is_never_skipped_its_models_breakers_fail_fast_instead() -> None:
     async def scenario() -> None:
-        async with server(500) as (only, calls), LLMClient(settings(only, max_retries=0)) as client:
+        async with server(500) as (only, calls), ChatClient(settings(only, max_retries=0)) as client:
             for _ in range(3):
                 with pytest.raises(UpstreamError, match="500"):
                     await client.complete({"model": "m", "messages": []})

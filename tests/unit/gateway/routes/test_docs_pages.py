@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import httpx
@@ -18,19 +17,15 @@ CSS_URL = re.compile(r"""url\(\s*["']?([^"')]+)""")
 ASGI_ROOT_PATH = "/gateway"  # a proxy's prefix
 
 
-def fetch(
+async def fetch(
     paths: list[str], *, api_keys: str | None = None, bearer: str | None = None, root_path: str = ""
 ) -> list[httpx.Response]:
     """GET each path from the app (no lifespan: the pages need no upstream)."""
     settings = Settings(auth=AuthSettings(api_keys=SecretStr(api_keys))) if api_keys else Settings()
     transport = httpx.ASGITransport(app=create_app(settings), root_path=root_path)
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
-
-    async def get_all() -> list[httpx.Response]:
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=headers) as client:
-            return [await client.get(path) for path in paths]
-
-    return asyncio.run(get_all())
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=headers) as client:
+        return [await client.get(path) for path in paths]
 
 
 def loaded_urls(html: str) -> list[str]:
@@ -38,8 +33,8 @@ def loaded_urls(html: str) -> list[str]:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_the_page_answers_and_names_no_other_host(page: str) -> None:
-    (response,) = fetch([page])
+async def test_the_page_answers_and_names_no_other_host(page: str) -> None:
+    (response,) = await fetch([page])
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/html")
     assert "http://" not in response.text and "https://" not in response.text
@@ -50,44 +45,44 @@ def test_the_page_answers_and_names_no_other_host(page: str) -> None:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_every_asset_the_page_loads_is_served_by_the_gateway(page: str) -> None:
-    (html,) = fetch([page])
+async def test_every_asset_the_page_loads_is_served_by_the_gateway(page: str) -> None:
+    (html,) = await fetch([page])
     urls = loaded_urls(html.text)
-    for url, response in zip(urls, fetch(urls), strict=True):
+    for url, response in zip(urls, await fetch(urls), strict=True):
         assert response.status_code == 200, url
         assert response.content, url
 
 
-def test_the_stylesheet_loads_nothing_but_inline_data() -> None:
-    (html,) = fetch(["/docs"])
-    (css,) = fetch([url for url in loaded_urls(html.text) if url.endswith(".css")])
+async def test_the_stylesheet_loads_nothing_but_inline_data() -> None:
+    (html,) = await fetch(["/docs"])
+    (css,) = await fetch([url for url in loaded_urls(html.text) if url.endswith(".css")])
     assert css.status_code == 200
     urls = CSS_URL.findall(css.text)
     assert urls and all(url.startswith("data:") for url in urls)
     assert "@import" not in css.text
 
 
-def test_swagger_ui_does_not_call_the_online_validator() -> None:
-    (response,) = fetch(["/docs"])
+async def test_swagger_ui_does_not_call_the_online_validator() -> None:
+    (response,) = await fetch(["/docs"])
     assert '"validatorUrl": null' in response.text
 
 
-def test_the_oauth2_redirect_page_fastapi_serves_is_kept() -> None:
-    (response,) = fetch(["/docs/oauth2-redirect"])
+async def test_the_oauth2_redirect_page_fastapi_serves_is_kept() -> None:
+    (response,) = await fetch(["/docs/oauth2-redirect"])
     assert response.status_code == 200
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_behind_a_proxy_prefix_every_url_keeps_the_prefix(page: str) -> None:
-    (response,) = fetch([page], root_path=ASGI_ROOT_PATH)
+async def test_behind_a_proxy_prefix_every_url_keeps_the_prefix(page: str) -> None:
+    (response,) = await fetch([page], root_path=ASGI_ROOT_PATH)
     urls = [*loaded_urls(response.text), *re.findall(r"""["'](/[^"']*openapi\.json)["']""", response.text)]
     assert urls and all(url.startswith(f"{ASGI_ROOT_PATH}/") for url in urls), urls
 
 
-def test_with_api_keys_the_assets_are_guarded_exactly_as_the_pages() -> None:
-    (html,) = fetch(["/docs"])
+async def test_with_api_keys_the_assets_are_guarded_exactly_as_the_pages() -> None:
+    (html,) = await fetch(["/docs"])
     paths = [*PAGES, *loaded_urls(html.text)]
-    without_key = fetch(paths, api_keys="k")
+    without_key = await fetch(paths, api_keys="k")
     assert {response.status_code for response in without_key} == {401}
-    with_key = fetch(paths, api_keys="k", bearer="k")
+    with_key = await fetch(paths, api_keys="k", bearer="k")
     assert {response.status_code for response in with_key} == {200}

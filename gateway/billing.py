@@ -1,0 +1,166 @@
+"""The paid operations, each written once for REST and gRPC: reserve what the caller's key allows, call the
+service, meter what the answer used and put it on the caller's usage record. The transports only translate.
+
+The caller is the key the transport found for this request (`gateway.keys.context.CURRENT_KEY`: set by the key
+middleware for REST and by the interceptor for gRPC); what its records cost is added to the request's
+`CallCost` (`gateway.usage.call_cost`), which REST answers as `X-Request-Cost` and gRPC as the trailer
+`x-request-cost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.keys.context import CURRENT_KEY
+from gateway.keys.gatekeeper import Gatekeeper
+from gateway.keys.model import ApiKey
+from gateway.keys.resolver import ANONYMOUS
+from gateway.protocol.video import ImageGenerationRequest
+from gateway.search.store import VectorStore
+from gateway.services.chat import CacheResult, ChatService, estimate_tokens, usage_requested
+from gateway.services.embeddings import EmbeddingResult, EmbeddingService, InputType
+from gateway.services.search import NewDocument, SearchResult, SearchService, UpsertResult
+from gateway.services.search_reindex import ReindexJobs
+from gateway.services.video import VideoService
+from gateway.settings import LimitSettings
+from gateway.tasks.model import Task
+from gateway.usage.call_cost import charge
+from gateway.usage.metering import metered_stream
+from gateway.usage.record import Usage, chat_usage, video_usage
+from gateway.usage.recorder import UsageRecorder
+
+
+def current_key() -> ApiKey:
+    return CURRENT_KEY.get() or ANONYMOUS
+
+
+class BilledEmbeddings:
+    def __init__(self, service: EmbeddingService, usage: UsageRecorder) -> None:
+        self.service = service  # what costs nothing: readiness
+        self._usage = usage
+
+    async def embed(
+        self,
+        texts: list[str],
+        *,
+        model: str | None = None,
+        truncate: bool = True,
+        use_cache: bool = True,
+        input_type: InputType = "document",
+    ) -> EmbeddingResult:
+        result = await self.service.embed(
+            texts, model=model, truncate=truncate, use_cache=use_cache, input_type=input_type
+        )
+        usage = Usage(embedding_texts=len(texts), embedding_tokens=result.prompt_tokens)
+        charge(*self._usage.record(current_key(), result.model, usage))
+        return result
+
+    async def ready(self) -> bool:
+        return await self.service.ready()
+
+
+@dataclass
+class ChatStream:
+    """An opened chat stream: its batches of chunks, how the cache answered, and `release`, which frees the key's
+    reservation however the stream ends, also if it is never read (idempotent)."""
+
+    batches: AsyncGenerator[list[str], None]
+    result: CacheResult
+    release: Callable[[], Awaitable[object]]
+
+
+class BilledChat:
+    """Chat with the key's token budget and stream slots held for the call, and the usage the upstream reports
+    (settled against the estimate reserved) on the key's record, before the answer's end goes out."""
+
+    def __init__(self, service: ChatService, gatekeeper: Gatekeeper, usage: UsageRecorder) -> None:
+        self._service = service
+        self._gatekeeper = gatekeeper
+        self._usage = usage
+
+    async def complete(self, body: dict[str, Any], *, use_cache: bool = True) -> tuple[dict[str, Any], CacheResult]:
+        key = current_key()
+        async with self._gatekeeper.chat(key, estimate_tokens(body)) as reservation:
+            completion, result = await self._service.complete(body, use_cache=use_cache)
+            usage = chat_usage(completion.get("usage"), cached=result.outcome != "miss")
+            if completion.get("usage") or result.outcome != "miss":  # without usage the estimate stays charged
+                reservation.settle(usage.prompt_tokens + usage.completion_tokens)
+            await self._record(key, str(body.get("model", "")), usage)
+        return completion, result
+
+    async def stream(self, body: dict[str, Any], *, use_cache: bool = True) -> ChatStream:
+        key, model = current_key(), str(body.get("model", ""))
+        async with AsyncExitStack() as stack:
+            reservation = await stack.enter_async_context(self._gatekeeper.chat(key, estimate_tokens(body)))
+            batches, result = await self._service.stream(body, use_cache=use_cache)
+            held = stack.pop_all()  # from here on the stream, or `release`, frees them
+        metered = metered_stream(
+            batches,
+            cached=result.outcome != "miss",
+            usage_requested=usage_requested(body),
+            reservation=reservation,
+            held=held,
+            record=lambda usage: self._record(key, model, usage),
+        )
+        return ChatStream(metered, result, held.aclose)
+
+    async def _record(self, key: ApiKey, model: str, usage: Usage) -> None:
+        charge(*await self._usage.record_durably(key, model, usage))
+
+
+class BilledVideo:
+    """Video submits counted against the key's videos per day, each task recorded once (its id is the record's,
+    however often an idempotent submit is replayed). Reading, watching and cancelling tasks cost nothing."""
+
+    def __init__(self, service: VideoService, gatekeeper: Gatekeeper, usage: UsageRecorder, model: str) -> None:
+        self.service = service  # what costs nothing: readiness, the webhooks
+        self._gatekeeper = gatekeeper
+        self._usage = usage
+        self._model = model
+
+    async def submit(
+        self, request: ImageGenerationRequest, *, idempotency_key: str | None = None, caller: str = ""
+    ) -> tuple[Task, bool]:
+        key = current_key()
+        await self._gatekeeper.count_video(key)
+        task, created = await self.service.submit(request, idempotency_key=idempotency_key, caller=caller)
+        usage = video_usage(request.model_extra)
+        charge(*await self._usage.record_durably(key, self._model, usage, request_id=f"video:{task.id}"))
+        return task, created
+
+    async def get(self, task_id: str) -> Task:
+        return await self.service.get(task_id)
+
+    async def cancel(self, task_id: str) -> Task:
+        return await self.service.cancel(task_id)
+
+    async def watch(self, task_id: str) -> AsyncGenerator[Task, None]:
+        return await self.service.watch(task_id)
+
+
+class BilledSearch(SearchService):
+    """The search service whose upserts and searches go on the caller's usage record."""
+
+    def __init__(
+        self,
+        store: VectorStore | None,
+        embeddings: EmbeddingService,
+        limits: LimitSettings,
+        usage: UsageRecorder,
+        jobs: ReindexJobs | None = None,
+    ) -> None:
+        super().__init__(store, embeddings, limits, jobs)
+        self._usage = usage
+
+    async def upsert(self, name: str, documents: Sequence[NewDocument], *, use_cache: bool = True) -> UpsertResult:
+        result = await super().upsert(name, documents, use_cache=use_cache)
+        charge(*self._usage.record(current_key(), result.model, result.usage))
+        return result
+
+    async def search(self, name: str, query: str, **options: Any) -> SearchResult:
+        result = await super().search(name, query, **options)
+        charge(*self._usage.record(current_key(), result.model, result.usage))
+        return result

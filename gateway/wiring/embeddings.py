@@ -1,0 +1,37 @@
+"""Embeddings: Triton's client (coalesced) and the embedding cache around the embedding service."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from gateway.cache.embeddings import EmbeddingCache
+from gateway.cache.stores import build_store
+from gateway.redis_client import RedisConnection
+from gateway.services.coalescing import CoalescingEmbedder
+from gateway.services.embeddings import Embedder, EmbeddingService
+from gateway.settings import CacheSettings, LimitSettings, TritonSettings
+from gateway.upstreams.triton import TritonClient
+
+
+@asynccontextmanager
+async def embedding_service(
+    triton: TritonSettings,
+    cache: CacheSettings,
+    limits: LimitSettings,
+    redis: RedisConnection | None,
+    embedder: Embedder | None = None,
+) -> AsyncIterator[tuple[EmbeddingService, Embedder]]:
+    """The embedding service and the embedder it calls (Triton's, or `embedder`, which tests may pass)."""
+    async with AsyncExitStack() as stack:
+        if embedder is None:
+            client = TritonClient(triton)
+            stack.push_async_callback(client.aclose)
+            embedder = CoalescingEmbedder(client, max_in_flight=triton.max_in_flight_calls)
+        vectors = None
+        if redis is not None or cache.embedding_cache_mb > 0:
+            vectors = EmbeddingCache(
+                build_store(redis, memory_mb=cache.embedding_cache_mb), ttl_seconds=cache.embedding_cache_ttl_seconds
+            )
+            stack.push_async_callback(vectors.aclose)
+        yield EmbeddingService(embedder, vectors, limits), embedder

@@ -1,0 +1,83 @@
+"""Every feature opened for one process, billed once (`gateway.billing`), and the gRPC server over them: what
+the app's lifespan serves to both transports."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+from gateway.billing import BilledChat, BilledEmbeddings, BilledSearch, BilledVideo
+from gateway.grpc.server import GrpcServer, connection_age, create_grpc_server
+from gateway.limits import InFlightLimit
+from gateway.redis_client import RedisConnection
+from gateway.services.embeddings import Embedder
+from gateway.services.models import ModelsService
+from gateway.settings import Settings
+from gateway.wiring.chat import chat_service
+from gateway.wiring.embeddings import embedding_service
+from gateway.wiring.keys import KeyServices
+from gateway.wiring.search import search_parts
+from gateway.wiring.video import video_service
+
+
+@dataclass(frozen=True)
+class Services:
+    """What REST and gRPC serve: the same objects for both."""
+
+    embeddings: BilledEmbeddings
+    chat: BilledChat
+    video: BilledVideo
+    search: BilledSearch
+    models: ModelsService
+
+
+@asynccontextmanager
+async def open_services(
+    settings: Settings, keys: KeyServices, redis: RedisConnection | None, embedder: Embedder | None = None
+) -> AsyncIterator[Services]:
+    """Each feature from its settings groups; closed in the reverse order on exit."""
+    async with AsyncExitStack() as stack:
+        embeddings, triton = await stack.enter_async_context(
+            embedding_service(settings.triton, settings.cache, settings.limits, redis, embedder)
+        )
+        chat = await stack.enter_async_context(
+            chat_service(settings.chat, settings.cache, settings.semantic, settings.limits, embeddings, redis)
+        )
+        video = await stack.enter_async_context(
+            video_service(settings.video, settings.tasks, settings.server.public_url, redis)
+        )
+        store, jobs = await stack.enter_async_context(search_parts(settings.search, settings.tasks, embeddings, redis))
+        yield Services(
+            embeddings=BilledEmbeddings(embeddings, keys.usage),
+            chat=BilledChat(chat, keys.gatekeeper, keys.usage),
+            video=BilledVideo(video, keys.gatekeeper, keys.usage, settings.video.model_path),
+            search=BilledSearch(store, embeddings, settings.limits, keys.usage, jobs),
+            models=ModelsService(
+                triton,
+                chat,
+                configured_chat_models=settings.chat.configured_models(),
+                video_model=settings.video.model_path,
+            ),
+        )
+
+
+def grpc_server(
+    settings: Settings, services: Services, keys: KeyServices, in_flight: InFlightLimit, watchers: InFlightLimit
+) -> GrpcServer:
+    """The gRPC server over `services`, sharing REST's in-flight and watcher budgets; start it in the loop."""
+    return create_grpc_server(
+        services.embeddings,
+        keys.gatekeeper,
+        host=settings.server.host,
+        port=settings.server.grpc_port,
+        chat=services.chat,
+        video=services.video,
+        models=services.models,
+        search=services.search,
+        in_flight=in_flight,
+        watchers=watchers,
+        timeout_seconds=settings.limits.request_timeout_seconds,
+        max_message_bytes=settings.limits.max_body_bytes,
+        max_connection_age=connection_age(settings.server),
+    )
