@@ -161,7 +161,7 @@ VIDEO_SUBMIT_LATENCY = Histogram(
 )
 VIDEO_UPSTREAM_SUBMITS = Counter(
     "gateway_video_upstream_submits_total", "Submissions to the video upstream by result.", ["result"]
-)  # result: accepted | retry | rejected | unknown (cut off: the upstream may have the job; see video_submitter.py)
+)  # result: accepted | retry | rejected | unknown (cut off: the upstream may have the job; see services/video/submitter.py)
 VIDEO_CALLBACKS = Counter("gateway_video_callbacks_total", "Webhook calls received, by result.", ["result"])
 # result: applied | adopted (the job of a submit whose answer was lost) | duplicate | stale | rejected (signature)
 # | bad_token (wrong or missing URL token: refused before anything else) | unknown_task
@@ -175,6 +175,12 @@ VIDEO_LOST_JOB_LOOKUPS = Counter(
 )  # result: found (adopted) | not_found (looked again later, or submitted again) | unavailable (as not_found)
 VIDEO_TASKS_COMPLETED_BY_POLLING = Counter(
     "gateway_video_tasks_completed_by_polling_total", "Tasks whose webhook never came: their end was found by polling."
+)
+VIDEO_SCAN_FAILURES = Counter(
+    "gateway_video_scan_failures_total",
+    "Scans for due video tasks that failed (the next scan tries again), by reason: store (the task store did not "
+    "answer) | internal (any other exception, logged with its traceback).",
+    ["reason"],
 )
 VIDEO_POLLS = Counter("gateway_video_polls_total", "Status polls of the video upstream by result.", ["result"])
 # result: in_queue | in_progress | completed | failed (the job ended in an error) | error (the poll failed)

@@ -25,7 +25,6 @@ import asyncio
 import dataclasses
 import logging
 import math
-import random
 import time
 from collections.abc import AsyncGenerator
 from functools import partial
@@ -40,6 +39,7 @@ from gateway.services.embeddings import EmbeddingService
 from gateway.tasks.base import PURGE_EVERY_SECONDS, Lease, TaskStore
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.tasks.redis_store import RedisTaskStore
+from gateway.tasks.scanner import TaskScanner
 from gateway.tasks.watch import watch
 from gateway.upstreams.triton import ModelInfo
 
@@ -48,8 +48,6 @@ log = logging.getLogger(__name__)
 PAGE_DOCUMENTS = 64  # documents re-embedded and written per step (and per saved cursor)
 RETRY_SECONDS = (0.5, 10.0)  # first and longest pause while Triton or the store is unavailable
 JOB_DEADLINE_SECONDS = 30 * 24 * 3600.0  # a job has no deadline of its own; the task record wants one
-
-_jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
 
 
 class ReindexJobs:
@@ -72,18 +70,25 @@ class ReindexJobs:
         self._owner = owner
         self._retention = retention_seconds
         self._lease_seconds = lease_seconds
-        self._scan_interval = scan_interval_seconds
         self._running: dict[str, asyncio.Task[None]] = {}
         self._accepting = asyncio.Lock()  # one accept at a time: two calls never both mark a collection
-        self._scanner: asyncio.Task[None] | None = None
+        self._last_purge = float("-inf")
+        # A Redis outage is logged once by the Redis circuit, for all its users.
+        self._scanner = TaskScanner(
+            "re-index job",
+            self._scan_once,
+            scan_interval_seconds,
+            metrics.REINDEX_SCAN_FAILURES,
+            outages_logged_elsewhere=isinstance(tasks, RedisTaskStore),
+        )
 
     async def start(self) -> None:
         """Resume the unfinished jobs now, and look for abandoned ones every scan interval."""
-        self._scanner = asyncio.create_task(self._scan_forever())
+        self._scanner.start()
 
     async def aclose(self) -> None:
-        jobs = [*self._running.values(), *([self._scanner] if self._scanner else [])]
-        await cancel_and_wait(*jobs, name="re-index jobs")
+        await self._scanner.aclose()
+        await cancel_and_wait(*self._running.values(), name="re-index jobs")
         self._running.clear()
 
     async def submit(self, name: str) -> tuple[Task, bool]:
@@ -137,44 +142,16 @@ class ReindexJobs:
         if running is None or running.done():
             self._running[task.id] = asyncio.create_task(self._run(task.id))
 
-    async def _scan_forever(self) -> None:
-        """Scan until cancelled: a failed scan, whatever it raised, is counted and left to the next one (an
-        exception let out here would end the scans, and with them every re-index, until a restart)."""
-        failing: str | None = None  # the reason of the failures going on, logged when they start
-        # A Redis outage is logged once by the Redis circuit, for all its users.
-        outage_logged_elsewhere = isinstance(self._tasks, RedisTaskStore)
-        last_purge = float("-inf")
-        while True:
-            try:
-                last_purge = await self._scan_once(last_purge)
-                failing = None
-            except GatewayError as exc:
-                metrics.REINDEX_SCAN_FAILURES.labels(reason="store").inc()
-                quiet = failing == "store" or outage_logged_elsewhere
-                log.log(logging.DEBUG if quiet else logging.WARNING, "scanning re-index jobs failed: %s", exc)
-                failing = "store"
-            except Exception:  # a bug: logged with its traceback once, and the next scan tries again
-                metrics.REINDEX_SCAN_FAILURES.labels(reason="internal").inc()
-                if failing == "internal":
-                    log.debug("scanning re-index jobs failed again", exc_info=True)
-                else:
-                    log.exception("scanning re-index jobs failed; retrying at each scan")
-                failing = "internal"
-            # Jittered like the video scan: replicas started together do not scan (and race for leases) in step.
-            await asyncio.sleep(self._scan_interval * _jitter.uniform(0.8, 1.2))
-
-    async def _scan_once(self, last_purge: float) -> float:
-        """Launch the due jobs whose lease this replica takes; purge expired ones when due. Returns when it last
-        purged."""
+    async def _scan_once(self) -> None:
+        """Launch the due jobs whose lease this replica takes; purge expired ones when due."""
         for task in await self._tasks.due(math.inf):  # the job store holds re-index jobs only
             if task.id not in self._running:
                 lease = self._lease(str(task.arguments["collection"]))
                 if await self._tasks.acquire_lease(lease.name, lease.owner, lease.ttl_seconds):
                     self._launch(task)
-        if (now := time.time()) - last_purge >= PURGE_EVERY_SECONDS:
+        if (now := time.time()) - self._last_purge >= PURGE_EVERY_SECONDS:
             await self._tasks.purge_expired(now)
-            return now
-        return last_purge
+            self._last_purge = now
 
     async def _run(self, task_id: str) -> None:
         pause = RETRY_SECONDS[0]

@@ -10,9 +10,9 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from gateway.quota import QuotaConfig, build_limiter
 from gateway.redis_client import RedisConnection
 from gateway.services.video import VideoService
-from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_runner import VideoTaskRunner
-from gateway.services.video_steps import RunnerConfig
+from gateway.services.video.ledger import TaskLedger
+from gateway.services.video.runner import VideoTaskRunner
+from gateway.services.video.steps import RunnerConfig
 from gateway.settings import TaskStoreSettings, VideoSettings
 from gateway.tasks.stores import build_task_store
 from gateway.upstreams.fal import FalQueueClient

@@ -261,7 +261,7 @@ def test_forged_stale_or_unsigned_webhooks_get_401_and_change_nothing(
         refused = http.post(untokened, content=raw, headers=headers)
         assert refused.status_code == 401 and "token" in refused.json()["error"]["message"], refused.text
     assert http.get(f"{image_gateway.base_url}/v1/tasks/{task_id}").json()["status"] == "processing"
-    refusals = [r.getMessage() for r in caplog.records if r.name == "gateway.services.video"]
+    refusals = [r.getMessage() for r in caplog.records if r.name == "gateway.services.video.service"]
     assert any(f"task {task_id} refused: webhook signature matches none" in m for m in refusals), refusals
     assert any("lacks header(s)" in m and "x-fal-webhook-signature" in m for m in refusals)
     # Token refusals (anyone can send them) are counted, and logged once a minute with their count.

@@ -46,7 +46,7 @@ async def test_the_next_scan_runs_the_job_after_a_scan_raised_a_non_gateway_erro
 ) -> None:
     internal = metrics.REINDEX_SCAN_FAILURES.labels(reason="internal")
 
-    with caplog.at_level(logging.DEBUG, logger="gateway.services.search_reindex"):
+    with caplog.at_level(logging.DEBUG, logger="gateway.tasks.scanner"):
         store = EmbeddedStore(tmp_path / "search")
         await stored_collection(store, "rev1")
         # A job accepted by a process that then went away before running it: only a scan takes it up.
@@ -74,5 +74,5 @@ async def test_the_next_scan_runs_the_job_after_a_scan_raised_a_non_gateway_erro
             await jobs.aclose()
             await store.aclose()
     errors = [record for record in caplog.records if record.levelno >= logging.ERROR]
-    assert [record.getMessage() for record in errors] == ["scanning re-index jobs failed; retrying at each scan"]
+    assert [record.getMessage() for record in errors] == ["re-index job scan failed; retrying at each scan"]
     assert errors[0].exc_info is not None and "an unexpected failure in the scan" in str(errors[0].exc_info[1])

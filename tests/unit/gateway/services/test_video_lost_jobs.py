@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 
 from gateway.quota import LocalQuotaLimiter
-from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_lost_jobs import LostJobFinder
-from gateway.services.video_runner import VideoTaskRunner
-from gateway.services.video_steps import RunnerConfig
+from gateway.services.video.ledger import TaskLedger
+from gateway.services.video.lost_jobs import LostJobFinder
+from gateway.services.video.runner import VideoTaskRunner
+from gateway.services.video.steps import RunnerConfig
 from gateway.tasks.model import Task, TaskState
 from gateway.tasks.sqlite_store import SqliteTaskStore
 from gateway.upstreams.fal import FalSubmission, VideoUnavailableError
 from gateway.upstreams.fal_history import FalRequestRecord
 from gateway.upstreams.webhooks import WebhookUrls
-from tests.unit.gateway.test_video_tasks import StoreCalls, Upstream, new_task, until
+from tests.unit.gateway.services.test_video_tasks import StoreCalls, Upstream, new_task, until
 
 BEGAN = 1_000.0  # when the lost submit call began (`Task.submitting_since`)
 ARGUMENTS = {"prompt": "a red fox", "seed": 3}

@@ -29,10 +29,10 @@ from typing import Any, Protocol
 from gateway import metrics
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
 from gateway.quota.base import QuotaLimiter
-from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_lost_jobs import LostJobFinder
-from gateway.services.video_reaper import VideoReaper
-from gateway.services.video_steps import RunnerConfig, TaskSteps, backoff
+from gateway.services.video.ledger import TaskLedger
+from gateway.services.video.lost_jobs import LostJobFinder
+from gateway.services.video.reaper import VideoReaper
+from gateway.services.video.steps import RunnerConfig, TaskSteps, backoff
 from gateway.tasks.base import Lease, TaskStoreError
 from gateway.tasks.model import Task, TaskState
 from gateway.upstreams.fal import FalSubmission, VideoTimeoutError

@@ -10,8 +10,8 @@ from typing import Protocol
 
 from gateway import metrics
 from gateway.errors import GatewayError
-from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_steps import TaskSteps
+from gateway.services.video.ledger import TaskLedger
+from gateway.services.video.steps import TaskSteps
 from gateway.tasks.base import PURGE_EVERY_SECONDS
 from gateway.tasks.model import Task
 from gateway.upstreams.fal import FalSubmission

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from gateway import metrics
 from gateway.errors import GatewayError
-from gateway.services.video_ledger import TaskLedger
+from gateway.services.video.ledger import TaskLedger
 from gateway.tasks.base import Lease
 from gateway.tasks.model import Task
 from gateway.upstreams.fal_history import FalRequestRecord

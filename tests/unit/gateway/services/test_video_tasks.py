@@ -14,9 +14,9 @@ import pytest
 
 from gateway.errors import UpstreamUnavailableError
 from gateway.quota import LocalQuotaLimiter
-from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_runner import VideoTaskRunner
-from gateway.services.video_steps import RunnerConfig, backoff
+from gateway.services.video.ledger import TaskLedger
+from gateway.services.video.runner import VideoTaskRunner
+from gateway.services.video.steps import RunnerConfig, backoff
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskState, can_move
 from gateway.tasks.sqlite_store import SqliteTaskStore

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from gateway import metrics
 from gateway.errors import GatewayError, InvalidRequestError, NotFoundError
-from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_steps import RunnerConfig, backoff
+from gateway.services.video.ledger import TaskLedger
+from gateway.services.video.steps import RunnerConfig, backoff
 from gateway.tasks.base import Lease
 from gateway.tasks.model import Task, TaskState
 from gateway.upstreams.fal import FalStatus, FalSubmission, VideoUpstreamError

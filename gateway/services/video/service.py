@@ -20,9 +20,9 @@ from gateway import metrics
 from gateway.errors import ConflictError, InvalidRequestError
 from gateway.protocol.unicode import require_unicode
 from gateway.protocol.video import MAX_SIDE, MIN_SIDE, ImageGenerationRequest, TaskErrorObject, TaskObject
-from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_reaper import VideoReaper
-from gateway.services.video_submitter import VideoSubmitter
+from gateway.services.video.ledger import TaskLedger
+from gateway.services.video.reaper import VideoReaper
+from gateway.services.video.submitter import VideoSubmitter
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.tasks.watch import watch

@@ -1,5 +1,5 @@
 """The background side of video tasks: a scanner that hands due tasks to the submitter, the poller and the
-reaper (`video_submitter.py`, `video_poller.py`, `video_reaper.py`), all around one `TaskLedger`.
+reaper (`video/submitter.py`, `video/poller.py`, `video/reaper.py`), all around one `TaskLedger`.
 
 Each replica runs one `VideoTaskRunner`. Its scanner reads the unfinished tasks that are due (`Task.due_at`)
 from the store every `scan_interval_seconds`, so a task survives any replica: a restarted or surviving replica finds it
@@ -12,26 +12,22 @@ under the submit lease it took with the task (`VideoSubmitter.enqueue_created`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 from typing import Protocol
 
 from gateway import metrics
-from gateway.background import cancel_and_wait
 from gateway.quota.base import QuotaLimiter
-from gateway.services.video_ledger import TaskLedger
-from gateway.services.video_lost_jobs import CLOCK_SLACK_SECONDS, LostJobFinder, RequestHistory
-from gateway.services.video_poller import StatusQueue, VideoPoller
-from gateway.services.video_reaper import CancelQueue, VideoReaper
-from gateway.services.video_steps import RunnerConfig, TaskSteps
-from gateway.services.video_submitter import SUBMIT_DRAIN_SECONDS, SubmitQueue, VideoSubmitter
-from gateway.tasks.base import TaskStoreError
+from gateway.services.video.ledger import TaskLedger
+from gateway.services.video.lost_jobs import CLOCK_SLACK_SECONDS, LostJobFinder, RequestHistory
+from gateway.services.video.poller import StatusQueue, VideoPoller
+from gateway.services.video.reaper import CancelQueue, VideoReaper
+from gateway.services.video.steps import RunnerConfig, TaskSteps
+from gateway.services.video.submitter import SUBMIT_DRAIN_SECONDS, SubmitQueue, VideoSubmitter
 from gateway.tasks.model import TaskState
+from gateway.tasks.scanner import TaskScanner
 from gateway.upstreams.webhooks import WebhookUrls
 
 log = logging.getLogger(__name__)
-_jitter = random.Random()  # not the global generator, whose state belongs to the host program (and its tests)
 
 MAX_DUE_PER_SCAN = 500  # the earliest due first; the rest wait for the next scan
 
@@ -55,7 +51,6 @@ class VideoTaskRunner:
         """`history`: fal's request history, where the job of a submit whose answer was lost can be found
         (`LostJobFinder`); None: only its webhook can name it."""
         self._ledger = ledger
-        self._scan_interval = config.scan_interval_seconds
         self._steps = TaskSteps()
         self.reaper = VideoReaper(ledger, upstream, self._steps)
         self.submitter = VideoSubmitter(
@@ -79,17 +74,20 @@ class VideoTaskRunner:
             owner=owner,
         )
         self.poller = VideoPoller(ledger, upstream, config, owner=owner)
-        self._scanner: asyncio.Task[None] | None = None
+        # Jittered: replicas with equal intervals would lock into one phase, and the one whose scan comes first
+        # after a poll's due time would then make every poll (and each next one falls due in its phase).
+        self._scanner = TaskScanner(
+            "video task", self.scan_once, config.scan_interval_seconds, metrics.VIDEO_SCAN_FAILURES
+        )
 
     async def start(self) -> None:
         self.submitter.start()
-        self._scanner = asyncio.create_task(self._scan_forever())
+        self._scanner.start()
 
     async def aclose(self, drain_seconds: float = SUBMIT_DRAIN_SECONDS) -> None:
         """Stop scanning, let submits at the upstream record their outcome (`VideoSubmitter.aclose`), stop the
         background steps, and give the stops of untracked jobs their time (`VideoReaper.aclose`)."""
-        if self._scanner is not None:
-            await cancel_and_wait(self._scanner, name="video task scanner")
+        await self._scanner.aclose()
         await self.submitter.aclose(drain_seconds)
         await self._steps.aclose()
         await self.reaper.aclose(drain_seconds)
@@ -110,18 +108,3 @@ class VideoTaskRunner:
             elif task.state == TaskState.PROCESSING and task.poll_after is not None and task.poll_after <= now:
                 self._steps.spawn(self._steps.exclusive(task.id, self.poller.poll(task.id)))
         await self.reaper.purge_if_due(now)
-
-    async def _scan_forever(self) -> None:
-        failing = False  # an unreachable store is logged when scans start failing, not at every scan
-        while True:
-            try:
-                await self.scan_once()
-                failing = False
-            except TaskStoreError as exc:
-                log.log(logging.DEBUG if failing else logging.WARNING, "video task scan failed: %s", exc.message)
-                failing = True
-            except Exception:
-                log.exception("video task scan failed")
-            # Jittered: replicas with equal intervals lock into one phase, and the one whose scan comes first
-            # after a poll's due time would then make every poll (and each next one falls due in its phase).
-            await asyncio.sleep(self._scan_interval * _jitter.uniform(0.8, 1.2))
