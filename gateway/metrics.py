@@ -161,7 +161,7 @@ VIDEO_SUBMIT_LATENCY = Histogram(
 )
 VIDEO_UPSTREAM_SUBMITS = Counter(
     "gateway_video_upstream_submits_total", "Submissions to the video upstream by result.", ["result"]
-)  # result: accepted | retry | rejected | unknown (cut off: the upstream may have the job; see services/video/submitter.py)
+)  # result: accepted | retry | rejected | unknown (cut off: the upstream may have the job; video/submitter.py)
 VIDEO_CALLBACKS = Counter("gateway_video_callbacks_total", "Webhook calls received, by result.", ["result"])
 # result: applied | adopted (the job of a submit whose answer was lost) | duplicate | stale | rejected (signature)
 # | bad_token (wrong or missing URL token: refused before anything else) | unknown_task
