@@ -10,7 +10,6 @@ differs, so the documentation cannot drift from the code.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib
 import inspect
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import gateway
 from gateway.errors import MAX_MESSAGE_CHARS, GatewayError
+from gateway.generated_doc import generated_doc_main
 from gateway.grpc.interceptors import status_for
 
 PACKAGE = Path(gateway.__file__).resolve().parent
@@ -147,24 +147,9 @@ def render() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m gateway.errors_doc", description="write docs/errors.md from the error classes"
+    return generated_doc_main(
+        argv, module="gateway.errors_doc", what="the error classes", document=DOCUMENT, render=render
     )
-    parser.add_argument("--check", action="store_true", help="fail if the document differs; write nothing")
-    parser.add_argument("--output", type=Path, default=DOCUMENT, help="the document (default: %(default)s)")
-    args = parser.parse_args(argv)
-    document: Path = args.output
-    text = render()
-    if args.check:
-        current = document.read_text(encoding="utf-8") if document.exists() else None
-        if current != text:
-            print(f"{document} is out of date: run `python -m gateway.errors_doc`", file=sys.stderr)
-            return 1
-        return 0
-    document.parent.mkdir(parents=True, exist_ok=True)
-    document.write_text(text, encoding="utf-8")
-    print(f"wrote {document}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ and fails when the tracked document differs, so the documentation cannot drift f
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import sys
 from collections.abc import Iterator, Sequence
@@ -17,6 +16,7 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
+from gateway.generated_doc import generated_doc_main
 from gateway.settings import RenamedPrefix, Settings, environment_variables
 
 DOCUMENT = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
@@ -96,24 +96,9 @@ def render(root: type[BaseSettings] = Settings) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m gateway.settings_doc", description="write docs/configuration.md from the settings classes"
+    return generated_doc_main(
+        argv, module="gateway.settings_doc", what="the settings classes", document=DOCUMENT, render=render
     )
-    parser.add_argument("--check", action="store_true", help="fail if the document differs; write nothing")
-    parser.add_argument("--output", type=Path, default=DOCUMENT, help="the document (default: %(default)s)")
-    args = parser.parse_args(argv)
-    document: Path = args.output
-    text = render()
-    if args.check:
-        current = document.read_text(encoding="utf-8") if document.exists() else None
-        if current != text:
-            print(f"{document} is out of date: run `python -m gateway.settings_doc`", file=sys.stderr)
-            return 1
-        return 0
-    document.parent.mkdir(parents=True, exist_ok=True)
-    document.write_text(text, encoding="utf-8")
-    print(f"wrote {document}")
-    return 0
 
 
 if __name__ == "__main__":

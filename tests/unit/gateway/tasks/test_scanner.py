@@ -27,13 +27,8 @@ async def test_scans_go_on_after_any_exception_and_each_kind_is_logged_once(capl
         scanned.set()
 
     before = {reason: FAILURES.labels(reason=reason)._value.get() for reason in ("internal", "store")}
-    scanner = TaskScanner("test", scan_once, 0.001, FAILURES)
     with caplog.at_level(logging.DEBUG, logger="gateway.tasks.scanner"):
-        scanner.start()
-        try:
-            await asyncio.wait_for(scanned.wait(), 10)
-        finally:
-            await scanner.aclose()
+        await scan_until(TaskScanner("test", scan_once, 0.001, FAILURES), scanned)
     assert FAILURES.labels(reason="internal")._value.get() == before["internal"] + 2
     assert FAILURES.labels(reason="store")._value.get() == before["store"] + 2
     logged = [(r.levelno, r.getMessage()) for r in caplog.records]
@@ -57,11 +52,15 @@ async def test_store_outages_its_client_logs_stay_at_debug(caplog: pytest.LogCap
             raise UpstreamUnavailableError("redis down")
         scanned.set()
 
-    scanner = TaskScanner("quiet", scan_once, 0.001, FAILURES, outages_logged_elsewhere=True)
     with caplog.at_level(logging.DEBUG, logger="gateway.tasks.scanner"):
-        scanner.start()
-        try:
-            await asyncio.wait_for(scanned.wait(), 10)
-        finally:
-            await scanner.aclose()
+        await scan_until(TaskScanner("quiet", scan_once, 0.001, FAILURES, outages_logged_elsewhere=True), scanned)
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.DEBUG, "quiet scan failed: redis down")]
+
+
+async def scan_until(scanner: TaskScanner, scanned: asyncio.Event) -> None:
+    """Run `scanner` until a scan has succeeded (`scanned` is set), then stop it."""
+    scanner.start()
+    try:
+        await asyncio.wait_for(scanned.wait(), 10)
+    finally:
+        await scanner.aclose()
