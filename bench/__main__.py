@@ -20,21 +20,33 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.paths import RESULTS
+from bench.progress import PartProgress
 from bench.report import PARTS, write_report
 from bench.results import PartResult, machine
+from export.progress import progress as export_progress
 
 log = logging.getLogger("bench")
 # A part's module, where it is not bench.<part>.
 PART_MODULES = {"search": "bench.search.part"}
 
 
-async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool, options: dict[str, Any]) -> None:
-    """One part, with the options its `run` takes; its result (or its failure, with what the part wrote before
-    it: the embeddings part writes after each round) is written to run_dir."""
+async def run_part(
+    name: str,
+    run_dir: Path,
+    *,
+    runs: int,
+    quick: bool,
+    options: dict[str, Any],
+    progress: PartProgress | None = None,
+) -> None:
+    """One part, with the options its `run` takes (`progress` too, if it reports its rounds); its result (or its
+    failure, with what the part wrote before it: the embeddings part writes after each round) is written to
+    run_dir, and its share of the run's bar is complete."""
     module = importlib.import_module(PART_MODULES.get(name, f"bench.{name}"))
     written = run_dir / f"{name}.json"
     written.unlink(missing_ok=True)  # so that a file found after a failure is this run's
@@ -45,7 +57,8 @@ async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool, options:
     for signal_number in (signal.SIGTERM, signal.SIGINT):  # SIGINT is ignored by default in background jobs
         loop.add_signal_handler(signal_number, task.cancel)  # cancelling unwinds the part, which stops its servers
     try:
-        extra = {key: value for key, value in options.items() if key in accepted and value is not None}
+        given = {**options, "progress": progress}
+        extra = {key: value for key, value in given.items() if key in accepted and value is not None}
         result: PartResult = await module.run(run_dir, runs=runs, quick=quick, **extra)
     except Exception as exc:  # one broken part must not cost the others' numbers
         log.error("part %s failed:\n%s", name, traceback.format_exc())
@@ -53,6 +66,23 @@ async def run_part(name: str, run_dir: Path, *, runs: int, quick: bool, options:
         result.notes.append(f"failed: {type(exc).__name__}: {exc}")
     result.notes.append(f"part took {time.monotonic() - started:.0f} s")
     result.write(run_dir)
+    if progress is not None:
+        progress.finish()
+
+
+def run_parts(names: Sequence[str], run_dir: Path, *, runs: int, quick: bool, options: dict[str, Any]) -> str | None:
+    """Each part in turn under the run's bar (parts times runs, on a terminal); the part a signal stopped, if any."""
+    with export_progress("bench", len(names) * runs, unit="run") as bar:
+        for number, name in enumerate(names, start=1):
+            log.info("part %s (%d of %d)", name, number, len(names))
+            bar.set_postfix_str(name)
+            share = PartProgress(bar, runs)
+            try:
+                asyncio.run(run_part(name, run_dir, runs=runs, quick=quick, options=options, progress=share))
+            except asyncio.CancelledError:
+                return name
+        bar.set_postfix_str("")
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,14 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     run_dir = args.out or RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     run_dir.mkdir(parents=True, exist_ok=True)
-    for name in args.parts or PARTS:
-        log.info("part %s", name)
-        try:
-            asyncio.run(run_part(name, run_dir, runs=args.runs, quick=args.quick, options=options))
-        except asyncio.CancelledError:
-            print(f"interrupted during {name}; its servers are stopped, the parts done so far kept", file=sys.stderr)
-            write_report(run_dir, machine())
-            return 130
+    stopped = run_parts(args.parts or PARTS, run_dir, runs=args.runs, quick=args.quick, options=options)
+    if stopped is not None:
+        print(f"interrupted during {stopped}; its servers are stopped, the parts done so far kept", file=sys.stderr)
+        write_report(run_dir, machine())
+        return 130
     report = write_report(run_dir, machine())
     print(report.read_text())
     print(f"written: {run_dir}")

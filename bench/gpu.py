@@ -21,6 +21,7 @@ from typing import Any
 from bench.cpu import CpuWindow
 from bench.embeddings.loads import Series, batches, measure_triton
 from bench.embeddings.repository import checkpoint_for, require_export
+from bench.progress import PartProgress
 from bench.results import PartResult, Point
 from bench.run_stats import RunStats
 from bench.stack import REPOSITORY, triton
@@ -76,7 +77,14 @@ def series_name(in_flight: int) -> str:
     return f"Triton gRPC, bge_onnx FP16 on CUDA, {in_flight} batch{'es' if in_flight > 1 else ''} in flight"
 
 
-async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: Path = REPOSITORY) -> PartResult:
+async def run(
+    out_dir: Path,
+    *,
+    runs: int = 3,
+    quick: bool = False,
+    repository: Path = REPOSITORY,
+    progress: PartProgress | None = None,
+) -> PartResult:
     result = PartResult(part=PART, x_label="batch size (texts)", throughput_unit="texts/s")
     reason = gpu_unavailable()
     if reason is not None:
@@ -102,6 +110,8 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: 
                     stats, window, counters = await measure_triton(endpoint, requests, concurrency)
                     record(series, in_flight, batch_size, stats, window, counters)
                 server.check_alive()
+            if progress is not None:
+                progress.advance()
     finally:
         server.stop()
     result.points = [item.point() for item in series.values()]

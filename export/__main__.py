@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from transformers.utils import logging as transformers_logging
+
 from export.errors import ExportError
 from export.pipeline import DEFAULT_MAX_LENGTH, main_export
 
@@ -37,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("export").setLevel(logging.INFO)
+    if not sys.stderr.isatty():  # as the export's own bars: transformers' and the hub's would garble a log file
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         report = main_export(
             args.model or None,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -13,6 +15,9 @@ from tokenizers import Tokenizer
 
 from export.config import Precision, Tolerance
 from export.errors import ShapeMismatchError, ToleranceError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger(__name__)
 
@@ -64,21 +69,31 @@ class VariantParity:
         return asdict(self)
 
 
-def reference_embeddings(checkpoint_dir: Path, texts: tuple[str, ...], max_length: int) -> npt.NDArray[np.float32]:
-    """The sentence-transformers embeddings the export must reproduce (unit norm)."""
+def reference_model(checkpoint_dir: Path, max_length: int) -> SentenceTransformer:
+    """The sentence-transformers model the export must reproduce, on the CPU."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(checkpoint_dir), device="cpu")
     model.max_seq_length = max_length
+    return model
+
+
+def reference_embeddings(model: SentenceTransformer, texts: tuple[str, ...]) -> npt.NDArray[np.float32]:
+    """The sentence-transformers embeddings the export must reproduce (unit norm)."""
     vectors = model.encode(list(texts), batch_size=16, normalize_embeddings=True, show_progress_bar=False)
     reference: npt.NDArray[np.float32] = np.asarray(vectors, dtype=np.float32)
     return reference
 
 
 def onnx_embeddings(
-    model: Path, tokenizer: Tokenizer, texts: tuple[str, ...], batch_size: int = 16
+    model: Path,
+    tokenizer: Tokenizer,
+    texts: tuple[str, ...],
+    batch_size: int = 16,
+    progress: Callable[[int], object] | None = None,
 ) -> npt.NDArray[np.float32]:
-    """Run `model` with the tokenizer Triton uses, on the CPU provider."""
+    """Run `model` with the tokenizer Triton uses, on the CPU provider; `progress` hears how many texts each
+    batch ran."""
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     chunks: list[npt.NDArray[np.float32]] = []
     for start in range(0, len(texts), batch_size):
@@ -88,6 +103,8 @@ def onnx_embeddings(
             "ATTENTION_MASK": np.array([e.attention_mask for e in encodings], dtype=np.int64),
         }
         chunks.append(np.asarray(session.run(None, feeds)[0], dtype=np.float32))
+        if progress is not None:
+            progress(len(encodings))
     return np.concatenate(chunks)
 
 
@@ -99,13 +116,19 @@ def padded_tokenizer(tokenizer_file: Path, max_length: int) -> Tokenizer:
 
 
 def compare(
-    precision: Precision, model: Path, reference: npt.NDArray[np.float32], tokenizer: Tokenizer, tolerance: Tolerance
+    precision: Precision,
+    model: Path,
+    reference: npt.NDArray[np.float32],
+    tokenizer: Tokenizer,
+    tolerance: Tolerance,
+    progress: Callable[[int], object] | None = None,
 ) -> VariantParity:
-    """Measure one variant; a variant the CPU provider cannot run is recorded as not checked."""
+    """Measure one variant; a variant the CPU provider cannot run is recorded as not checked. `progress` hears
+    how many texts each batch ran."""
     result = VariantParity(precision.value, model.name, checked=False)
     result.threshold_min, result.threshold_mean = tolerance.min_cosine, tolerance.mean_cosine
     try:
-        actual = onnx_embeddings(model, tokenizer, PARITY_TEXTS)
+        actual = onnx_embeddings(model, tokenizer, PARITY_TEXTS, progress=progress)
     except (ort.capi.onnxruntime_pybind11_state.NotImplemented, ort.capi.onnxruntime_pybind11_state.Fail) as exc:
         if precision is not Precision.FP16:
             raise

@@ -13,17 +13,29 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from export.checkpoint import Checkpoint, resolve_checkpoint
 from export.config import MODEL_FILES, EmbeddingOnnxConfig, Precision, Tolerance, onnx_config_for
 from export.errors import CheckpointError
 from export.graph import SentenceEmbedder, export_onnx, load_encoder
-from export.parity import PARITY_TEXTS, check_parity, compare, padded_tokenizer, reference_embeddings
+from export.parity import (
+    PARITY_TEXTS,
+    VariantParity,
+    check_parity,
+    compare,
+    padded_tokenizer,
+    reference_embeddings,
+    reference_model,
+)
 from export.precision import quantize_int8, to_fp16
+from export.progress import progress, step
 from export.repository import ServedModel, install
 
 log = logging.getLogger(__name__)
@@ -65,12 +77,12 @@ def main_export(
         staging = Path(tmp)
         tokenizer_file = stage_tokenizer(checkpoint, staging)
         files = build_variants(checkpoint, onnx_config, staging)
-        reference = reference_embeddings(checkpoint.path, PARITY_TEXTS, max_length)
+        pytorch = reference_model(checkpoint.path, max_length)  # transformers draws its bar while it loads
+        with step(f"PyTorch reference on {len(PARITY_TEXTS)} texts"):
+            reference = reference_embeddings(pytorch, PARITY_TEXTS)
         tokenizer = padded_tokenizer(tokenizer_file, max_length)
         limits = {**onnx_config.tolerances, **(tolerances or {})}
-        results = [
-            compare(precision, path, reference, tokenizer, limits[precision]) for precision, path in files.items()
-        ]
+        results = compare_variants(files, reference, tokenizer, limits)
         report = {
             "model": checkpoint.name,
             "revision": checkpoint.revision,
@@ -132,13 +144,40 @@ def stage_tokenizer(checkpoint: Checkpoint, staging: Path) -> Path:
 
 
 def build_variants(checkpoint: Checkpoint, onnx_config: EmbeddingOnnxConfig, staging: Path) -> dict[Precision, Path]:
+    """FP32 from the weights, then FP16 and INT8 from FP32, with a bar over the variants on a terminal (where
+    transformers draws its own while the weights load)."""
     embedder = SentenceEmbedder(load_encoder(checkpoint), checkpoint.pooling, onnx_config.uses_token_type_ids)
-    fp32 = export_onnx(embedder, onnx_config, staging / MODEL_FILES[Precision.FP32], checkpoint.hidden_size)
-    return {
-        Precision.FP32: fp32,
-        Precision.FP16: to_fp16(fp32, staging / MODEL_FILES[Precision.FP16], checkpoint),
-        Precision.INT8: quantize_int8(fp32, staging / MODEL_FILES[Precision.INT8]),
+    fp32 = staging / MODEL_FILES[Precision.FP32]
+    makers: dict[Precision, Callable[[Path], Path]] = {
+        Precision.FP32: lambda out: export_onnx(embedder, onnx_config, out, checkpoint.hidden_size),
+        Precision.FP16: lambda out: to_fp16(fp32, out, checkpoint),
+        Precision.INT8: lambda out: quantize_int8(fp32, out),
     }
+    files: dict[Precision, Path] = {}
+    with progress("variants", len(makers), unit="variant") as bar:
+        for precision, make in makers.items():
+            bar.set_postfix_str(f"making {precision.value}")
+            files[precision] = make(staging / MODEL_FILES[precision])
+            bar.update()
+        bar.set_postfix_str("")
+    return files
+
+
+def compare_variants(
+    files: dict[Precision, Path],
+    reference: npt.NDArray[np.float32],
+    tokenizer: Tokenizer,
+    limits: dict[Precision, Tolerance],
+) -> list[VariantParity]:
+    """Each variant against the reference, with a bar over the texts compared on a terminal."""
+    results: list[VariantParity] = []
+    with progress("parity check", len(files) * len(PARITY_TEXTS), unit=" texts") as bar:
+        for done, (precision, path) in enumerate(files.items(), start=1):
+            bar.set_postfix_str(precision.value)
+            results.append(compare(precision, path, reference, tokenizer, limits[precision], progress=bar.update))
+            bar.update(done * len(PARITY_TEXTS) - bar.n)  # a variant the CPU cannot run passes its texts over
+        bar.set_postfix_str("")
+    return results
 
 
 def _versions() -> dict[str, str]:

@@ -39,6 +39,7 @@ from bench.embeddings.plan import (
 from bench.embeddings.report import build_result
 from bench.embeddings.repository import checkpoint_for, require_export
 from bench.processes import ServerProcess, stopped_on_exit
+from bench.progress import PartProgress
 from bench.results import PartResult
 from bench.run_stats import RunStats
 from bench.stack import REPOSITORY, Endpoint, gateway, triton
@@ -54,8 +55,10 @@ async def run(
     repository: Path = REPOSITORY,
     model: str | None = None,
     infinity: bool = True,
+    progress: PartProgress | None = None,
 ) -> PartResult:
-    """Measure every system `runs` times, alternating, and return the medians, table and targets."""
+    """Measure every system `runs` times, alternating, and return the medians, table and targets; `progress`
+    hears of each round."""
     began = time.monotonic()
     plan = Plan.make(runs=runs, quick=quick, infinity=infinity)
     require_export(repository)
@@ -96,7 +99,8 @@ async def run(
         in_process = InProcess(repository, checkpoint.path)
 
         def write(series: Sequence[Series], opened: Series, tokenizers: Sequence[Series], rounds: int) -> PartResult:
-            """The result so far, written after every round: a stopped run still leaves its numbers."""
+            """The result so far, written after every round (which the run's bar counts): a stopped run still
+            leaves its numbers."""
             done = [] if rounds == plan.runs else [f"partial: {rounds} of {plan.runs} rounds done"]
             ending = [
                 f"load average at end: {' '.join(f'{value:.1f}' for value in os.getloadavg())}",
@@ -104,6 +108,8 @@ async def run(
             ]
             result = build_result(series, opened, plan.cache_rate, [*notes, *done, *ending], infinity_notes, tokenizers)
             result.write(out_dir)
+            if progress is not None:
+                progress.advance()
             return result
 
         try:

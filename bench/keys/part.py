@@ -20,6 +20,7 @@ from bench.keys.plan import CONFIGS, PART, RATE, SECONDS, TEXTS, Config
 from bench.keys.report import build_result
 from bench.keys.servers import start_gateway, write_keys_file
 from bench.processes import ServerProcess, stopped_on_exit
+from bench.progress import PartProgress
 from bench.results import PartResult
 from bench.stack import REPOSITORY, Endpoint, redis_server, triton
 from bench.workload import texts as workload_texts
@@ -27,8 +28,16 @@ from bench.workload import texts as workload_texts
 log = logging.getLogger("bench.keys")
 
 
-async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: Path = REPOSITORY) -> PartResult:
-    """Start Triton, Redis and a gateway per configuration, warm their caches, then measure them in rounds."""
+async def run(
+    out_dir: Path,
+    *,
+    runs: int = 3,
+    quick: bool = False,
+    repository: Path = REPOSITORY,
+    progress: PartProgress | None = None,
+) -> PartResult:
+    """Start Triton, Redis and a gateway per configuration, warm their caches, then measure them in rounds
+    (`progress` hears of each)."""
     require_export(repository)
     runs = 1 if quick else max(runs, 1)
     log_dir = out_dir / "logs" / PART
@@ -54,12 +63,12 @@ async def run(out_dir: Path, *, runs: int = 3, quick: bool = False, repository: 
             headers = auth_headers(config, secret)
             check_keys(endpoint, config, headers, texts[0])
             await warm_cache(f"{endpoint.base_url}/v1/embeddings", batches(texts, 1), headers)
-        return await measure_rounds(gateways, texts, secret, runs, quick, out_dir, notes)
+        return await measure_rounds(gateways, texts, secret, runs, quick, out_dir, notes, progress)
 
 
 async def measure_rounds(
     gateways: dict[Config, Endpoint], texts: list[str], secret: str, runs: int, quick: bool, out_dir: Path,
-    notes: list[str],
+    notes: list[str], progress: PartProgress | None = None,
 ) -> PartResult:  # fmt: skip
     """`runs` rounds, each measuring every gateway once (reversed every other round); the result so far is
     written after every round: a stopped run still leaves its numbers."""
@@ -94,6 +103,8 @@ async def measure_rounds(
         ]
         result = build_result(list(series.values()), configs, runs, quick, load_at_start, [*notes, *ending])
         result.write(out_dir)
+        if progress is not None:
+            progress.advance()
     assert result is not None
     return result
 
