@@ -179,7 +179,7 @@ async def test_redis_outage_degrades_to_misses_and_recovers(redis_server: RedisS
         assert time.perf_counter() - started < 0.05
 
         redis_server.start()
-        await asyncio.sleep(1.1)
+        await asyncio.sleep(1.1)  # past the back-off (1 s), a timer of the store's: its next call probes Redis
         await cache.put_many(MODEL, REVISION, ["after"], [vector_entry(2)])
         found = await cache.get_many(MODEL, REVISION, ["after", "before"])
         assert same(found[0], vector_entry(2))

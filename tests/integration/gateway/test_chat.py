@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -216,7 +217,7 @@ def test_breaker_opens_fails_fast_and_recovers_and_fallback_is_used(
     assert fast.status_code == 503 and "is failing" in fast.json()["error"]["message"]
     assert fast.headers["retry-after"] == "1"  # the 0.5 s left before the probe, rounded up
     assert hunyuan_simulator.stats.requests_total == calls  # open: no upstream call
-    time.sleep(0.6)
+    time.sleep(0.6)  # past the breaker's reset time (0.5 s), which is what is tested: the next call probes
     assert http.post(url, json=ask("d")).status_code == 200  # half-open probe succeeds and closes it
     assert http.post(url, json=ask("e")).status_code == 200
 
@@ -246,7 +247,7 @@ def test_a_probe_with_no_verdict_on_the_upstream_does_not_keep_the_model_shut(
     hunyuan_simulator.config.fail_next = [500]
     assert http.post(url, json=ask("a")).status_code == 502
     assert http.post(url, json=ask("b")).status_code == 503  # open
-    time.sleep(0.4)
+    time.sleep(0.4)  # past the breaker's reset time (0.3 s): the next call is the half-open probe
     hunyuan_simulator.config.fail_next = [400]
     assert http.post(url, json=ask("c")).status_code == 400  # the probe, rejected for its own sake
     assert http.post(url, json=ask("d")).status_code == 200  # probes again, closes
@@ -311,8 +312,8 @@ def test_answer_is_shared_by_replicas_through_redis(
 ) -> None:
     shared = RedisSettings(url=SecretStr(redis_url))
     first, second = (gateway_factory(triton.grpc_url, chat=llm(hunyuan_simulator), redis=shared) for _ in range(2))
+    # The answer is in Redis before the first replica answers (the store is awaited before the response).
     assert http.post(f"{first.base_url}/v1/chat/completions", json=ask("shared?")).headers["x-cache"] == "miss"
-    time.sleep(0.05)
     assert http.post(f"{second.base_url}/v1/chat/completions", json=ask("shared?")).headers["x-cache"] == "hit"
 
 
@@ -429,20 +430,12 @@ def test_only_normally_finished_answers_are_cached_and_costs_are_counted(
     assert 'gateway_chat_tokens_saved_total{layer="exact"}' in text
 
 
-def test_identical_concurrent_requests_make_one_upstream_call(
+async def test_identical_concurrent_requests_make_one_upstream_call(
     chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator
 ) -> None:
-    import asyncio
-
     hunyuan_simulator.config.ttft_seconds = 0.3
-
-    async def burst() -> list[httpx.Response]:
-        async with httpx.AsyncClient(base_url=chat_gateway.base_url, timeout=30) as client:
-            return list(
-                await asyncio.gather(*(client.post("/v1/chat/completions", json=ask("once")) for _ in range(5)))
-            )
-
-    responses = asyncio.run(burst())
+    async with httpx.AsyncClient(base_url=chat_gateway.base_url, timeout=30) as client:
+        responses = await asyncio.gather(*(client.post("/v1/chat/completions", json=ask("once")) for _ in range(5)))
     assert {r.status_code for r in responses} == {200}
     assert hunyuan_simulator.stats.requests_total == 1
     assert len({r.json()["id"] for r in responses}) == 1
@@ -533,32 +526,29 @@ def test_a_completion_no_request_waits_for_any_more_is_cancelled_and_frees_its_q
     assert f'status="{status}"' in http.get(f"{gateway.base_url}/metrics").text  # counted, not lost
 
 
-def test_identical_concurrent_streams_follow_one_upstream_call(
+async def test_identical_concurrent_streams_follow_one_upstream_call(
     chat_gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator
 ) -> None:
-    import asyncio
-
     hunyuan_simulator.config.tokens_per_second = 20
     request = ask("stream once for everyone", stream=True)
+    received = [asyncio.Event() for _ in range(3)]  # the leader has read its first, second, third chunk
 
-    async def burst() -> list[list[str]]:
-        async with httpx.AsyncClient(base_url=chat_gateway.base_url, timeout=30) as client:
+    async def one(client: httpx.AsyncClient, after: asyncio.Event | None) -> list[str]:
+        if after is not None:
+            await after.wait()  # a late follower: the leader's stream is under way
+        payloads: list[str] = []
+        async with client.stream("POST", "/v1/chat/completions", json=request) as response:
+            async for line in response.aiter_lines():
+                payloads.extend(sse_payloads(iter([line])))
+                if after is None and 0 < len(payloads) <= len(received):
+                    received[len(payloads) - 1].set()
+        return payloads
 
-            async def one(delay: float) -> list[str]:
-                await asyncio.sleep(delay)
-                async with client.stream("POST", "/v1/chat/completions", json=request) as response:
-                    return sse_payloads(aiter_lines_sync(await response.aread()))
-
-            return list(await asyncio.gather(one(0.0), one(0.2), one(0.4)))
-
-    results = asyncio.run(burst())
+    async with httpx.AsyncClient(base_url=chat_gateway.base_url, timeout=30) as client, asyncio.timeout(60):
+        results = await asyncio.gather(one(client, None), one(client, received[0]), one(client, received[2]))
     assert hunyuan_simulator.stats.requests_total == 1
     assert results[0][-1] == "[DONE]" and len(results[0]) > 3
     assert results[1] == results[0] and results[2] == results[0]  # late followers get the chunks from the start
-
-
-def aiter_lines_sync(body: bytes) -> Iterator[str]:
-    return iter(body.decode().splitlines())
 
 
 def test_a_stream_may_outlast_the_request_deadline_once_it_has_begun(

@@ -19,6 +19,7 @@ from pydantic import SecretStr
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.settings import ChatSettings
 from localtriton.ports import free_port
+from tests.helpers.conditions import until
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.running_gateway import RunningGateway
 
@@ -193,25 +194,25 @@ def test_grpc_gets_a_status_for_a_failure_before_the_first_chunk(
         assert len(received) == 2 and late.value.code() != grpc.StatusCode.OK
 
 
-def test_identical_streams_arriving_while_one_opens_share_its_first_chunk_or_its_status(
+async def test_identical_streams_arriving_while_one_opens_share_its_first_chunk_or_its_status(
     hunyuan_simulator: RunningHunyuanSimulator, gateway_factory: Callable[..., RunningGateway]
 ) -> None:
     gateway = started(gateway_factory, hunyuan_simulator, max_retries=0, first_byte_timeout_seconds=0.6)
 
     async def burst(request: dict[str, Any]) -> list[httpx.Response]:
+        """The opener, then two more once its upstream call has begun (its first chunk not yet sent)."""
+        calls = hunyuan_simulator.stats.requests_total
         async with httpx.AsyncClient(base_url=gateway.base_url, timeout=30) as client:
-
-            async def one(delay: float) -> httpx.Response:
-                await asyncio.sleep(delay)
-                return await client.post("/v1/chat/completions", json=request)
-
-            return list(await asyncio.gather(one(0.0), one(0.1), one(0.2)))
+            opener = asyncio.create_task(client.post("/v1/chat/completions", json=request))
+            await until(lambda: hunyuan_simulator.stats.requests_total > calls, what="the opener's upstream call")
+            followers = [client.post("/v1/chat/completions", json=request) for _ in range(2)]
+            return list(await asyncio.gather(opener, *followers))
 
     hunyuan_simulator.config.ttft_seconds = 0.4  # all three arrive before the first chunk
-    answers = asyncio.run(burst(ask("share the opening", stream=True)))
+    answers = await burst(ask("share the opening", stream=True))
     assert [a.status_code for a in answers] == [200] * 3 and len({a.text for a in answers}) == 1
     assert hunyuan_simulator.stats.requests_total == 1
     hunyuan_simulator.config.ttft_seconds = 2.0  # no first chunk within 0.6 s: each gets the opener's 504
-    failed = asyncio.run(burst(ask("share the failure", stream=True)))
+    failed = await burst(ask("share the failure", stream=True))
     assert [a.status_code for a in failed] == [504] * 3
     assert hunyuan_simulator.stats.requests_total == 2

@@ -52,22 +52,19 @@ def replicas(
     gateways.stop_all()
 
 
-def test_three_replicas_never_exceed_the_accounts_qps(
+async def test_three_replicas_never_exceed_the_accounts_qps(
     replicas: list[str], hunyuan_simulator: RunningHunyuanSimulator
 ) -> None:
-    async def burst() -> list[int]:
-        limits = httpx.Limits(max_connections=REQUESTS)
-        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-            calls = [
-                client.post(
-                    f"{replicas[i % 3]}/v1/chat/completions",
-                    json={"model": "hy3-preview", "messages": [{"role": "user", "content": f"q{i}"}]},
-                )
-                for i in range(REQUESTS)
-            ]
-            return [r.status_code for r in await asyncio.gather(*calls)]
-
-    statuses = asyncio.run(burst())
+    limits = httpx.Limits(max_connections=REQUESTS)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        calls = [
+            client.post(
+                f"{replicas[i % 3]}/v1/chat/completions",
+                json={"model": "hy3-preview", "messages": [{"role": "user", "content": f"q{i}"}]},
+            )
+            for i in range(REQUESTS)
+        ]
+        statuses = [r.status_code for r in await asyncio.gather(*calls)]
     assert statuses.count(200) == REQUESTS, {s: statuses.count(s) for s in set(statuses)}
     stats = hunyuan_simulator.stats
     assert stats.rate_limited == 0

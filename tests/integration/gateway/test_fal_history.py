@@ -3,7 +3,6 @@ requests only, payloads on request, cursor pages, the queue's key), and the gate
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import httpx
@@ -90,30 +89,26 @@ def test_the_history_pages_by_cursor_filters_by_status_and_time_and_refuses_bad_
         assert answer.status_code == 422 and answer.json()["detail"][0]["loc"][0] == "query", answer.text
 
 
-def test_the_gateway_reads_every_page_of_the_history(sim: RunningPikaSimulator) -> None:
+async def test_the_gateway_reads_every_page_of_the_history(sim: RunningPikaSimulator) -> None:
     since = time.time()
     done = [submit(sim, f"scene {i}") for i in range(105)]  # two pages of 100
     ended(sim, done)
-
-    async def scenario() -> None:
-        async with FalRequestHistory(sim.base_url, SecretStr(KEY), DEFAULT_MODEL_PATH) as history:
-            records = await history.succeeded_since(since - 1.0)
-        assert sorted(record.request_id for record in records) == sorted(done)
-        by_id = {record.request_id: record for record in records}
-        assert by_id[done[7]].json_input == {"prompt": "scene 7"}
-        sent = by_id[done[7]].sent_at
-        assert sent is not None and since - 1.0 <= sent <= time.time()
-        async with FalRequestHistory(sim.base_url, SecretStr(KEY), DEFAULT_MODEL_PATH, max_pages=1) as short:
-            with pytest.raises(VideoUpstreamError, match="more than 100 requests"):
-                await short.succeeded_since(since - 1.0)
-        async with FalRequestHistory(sim.base_url, SecretStr("wrong"), DEFAULT_MODEL_PATH) as wrong:
-            with pytest.raises(GatewayError) as refused:
-                await wrong.succeeded_since(since)
-            assert "wrong" not in refused.value.message
-        gone = f"http://127.0.0.1:{free_port()}"
-        async with FalRequestHistory(gone, SecretStr(KEY), DEFAULT_MODEL_PATH, timeout_seconds=1.0) as down:
-            with pytest.raises(VideoUnavailableError):
-                await down.succeeded_since(since)
-
-    asyncio.run(scenario())
+    async with FalRequestHistory(sim.base_url, SecretStr(KEY), DEFAULT_MODEL_PATH) as history:
+        records = await history.succeeded_since(since - 1.0)
+    assert sorted(record.request_id for record in records) == sorted(done)
+    by_id = {record.request_id: record for record in records}
+    assert by_id[done[7]].json_input == {"prompt": "scene 7"}
+    sent = by_id[done[7]].sent_at
+    assert sent is not None and since - 1.0 <= sent <= time.time()
+    async with FalRequestHistory(sim.base_url, SecretStr(KEY), DEFAULT_MODEL_PATH, max_pages=1) as short:
+        with pytest.raises(VideoUpstreamError, match="more than 100 requests"):
+            await short.succeeded_since(since - 1.0)
+    async with FalRequestHistory(sim.base_url, SecretStr("wrong"), DEFAULT_MODEL_PATH) as wrong:
+        with pytest.raises(GatewayError) as refused:
+            await wrong.succeeded_since(since)
+        assert "wrong" not in refused.value.message
+    gone = f"http://127.0.0.1:{free_port()}"
+    async with FalRequestHistory(gone, SecretStr(KEY), DEFAULT_MODEL_PATH, timeout_seconds=1.0) as down:
+        with pytest.raises(VideoUnavailableError):
+            await down.succeeded_since(since)
     assert sim.stats.history_calls == 2 + 1 and sim.stats.unauthorized == 1  # the refused one is not served

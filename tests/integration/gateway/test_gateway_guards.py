@@ -17,6 +17,7 @@ from pydantic import SecretStr
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.settings import AuthSettings, CacheSettings, ChatSettings, LimitSettings, SemanticCacheSettings
 from localtriton.server import TritonProcess
+from tests.helpers.conditions import wait_until
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.metrics import metric
 from tests.helpers.running_gateway import RunningGateway
@@ -99,8 +100,9 @@ def test_full_in_flight_queue_sheds_with_429_and_retry_after(
     gateway = gateway_factory(triton.grpc_url, limits=LimitSettings(max_in_flight=1))
     url = f"{gateway.base_url}/v1/embeddings"
     slow = threading.Thread(target=lambda: httpx.post(url, json={"input": SLOW_BATCH}, timeout=120))
+    in_flight = metric(http, gateway.base_url, "http_requests_in_flight")  # the process's: /metrics is not counted
     slow.start()
-    time.sleep(0.3)
+    wait_until(lambda: metric(http, gateway.base_url, "http_requests_in_flight") > in_flight, what="the slow batch")
     shed = http.post(url, json={"input": "one more"})
     slow.join()
     assert_error(shed, 429, "requests in flight")
@@ -137,7 +139,7 @@ def test_triton_outage_is_503_naming_triton_and_the_gateway_stays_ready_then_rec
         cached = http.post(url, json={"input": "before"})
         assert cached.status_code == 200 and cached.headers["x-cache"] == "hit"
         assert cached.json()["data"] == before.json()["data"]
-        time.sleep(1.1)
+        time.sleep(1.1)  # past INFO_RETRY_SECONDS (1 s): the next hit re-reads the model info, and still serves
     ready = http.get(f"{gateway.base_url}/readyz")
     assert ready.status_code == 200, "the gateway stays in the Service: chat, video and cached embeddings serve"
     assert ready.json()["ready"] is True and ready.json()["checks"]["triton"] == "degraded"

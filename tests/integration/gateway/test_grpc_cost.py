@@ -5,7 +5,6 @@ calls, carry none."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -63,13 +62,9 @@ def cost_of(trailers: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def test_priced_grpc_calls_carry_their_cost_in_the_trailing_metadata(
+async def test_priced_grpc_calls_carry_their_cost_in_the_trailing_metadata(
     gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator
 ) -> None:
-    asyncio.run(priced_calls(gateway, hunyuan_simulator))
-
-
-async def priced_calls(gateway: RunningGateway, hunyuan_simulator: RunningHunyuanSimulator) -> None:
     async with grpc.aio.insecure_channel(gateway.grpc_target) as channel:
         embed = pb_grpc.EmbeddingsStub(channel).Embed(pb.EmbedRequest(input=["hello there", "bonjour"]), metadata=AUTH)
         embedded = await embed

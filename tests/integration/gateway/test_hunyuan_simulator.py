@@ -172,11 +172,6 @@ def test_bad_requests_get_400(hunyuan_simulator: RunningHunyuanSimulator, http: 
     assert_error(http.post(url, content=b"{not json", headers={"Content-Type": "application/json"}), 400)
 
 
-async def burst(url: str, count: int) -> list[httpx.Response]:
-    async with httpx.AsyncClient(timeout=10) as client:
-        return list(await asyncio.gather(*(client.post(url, json=chat_request()) for _ in range(count))))
-
-
 # Retired names (Tencent's migration notice, cloud.tencent.com product 1729 doc 131925); hunyuan-role is the old
 # name of today's hunyuan-role-latest.
 @pytest.mark.parametrize("retired", ["hunyuan-t1-latest", "hunyuan-large", "hunyuan-functioncall", "hunyuan-role"])
@@ -195,11 +190,14 @@ def test_retired_hunyuan_models_are_unknown_models(
     assert http.post(url, json=chat_request()).status_code == 200
 
 
-def test_qps_quota_answers_429_with_retry_after(hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client) -> None:
+async def test_qps_quota_answers_429_with_retry_after(
+    hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client
+) -> None:
     hunyuan_simulator.config.qps_quota = 5
     url = f"{hunyuan_simulator.base_url}/chat/completions"
 
-    responses = asyncio.run(burst(url, 15))
+    async with httpx.AsyncClient(timeout=10) as client:
+        responses = await asyncio.gather(*(client.post(url, json=chat_request()) for _ in range(15)))
 
     refused = [r for r in responses if r.status_code == 429]
     assert {r.status_code for r in responses} == {200, 429}
@@ -210,7 +208,7 @@ def test_qps_quota_answers_429_with_retry_after(hunyuan_simulator: RunningHunyua
     assert stats.rate_limited == len(refused)
     assert stats.max_requests_in_any_window() > 5
     assert stats.max_requests_in_any_window(accepted_only=True) <= 5
-    time.sleep(1.05)  # the window rolls on
+    await asyncio.sleep(1.05)  # the quota's 1 s window rolls on: its length is what is tested
     assert http.post(url, json=chat_request()).status_code == 200
 
 

@@ -54,13 +54,9 @@ def the_key(gatekeeper: Gatekeeper) -> ApiKey:
     return gatekeeper.authenticate(f"Bearer {SECRET}", "chat")
 
 
-def test_chat_tokens_per_minute_hold_across_three(redis_or_not: str | None, tmp_path: Path) -> None:
+async def test_chat_tokens_per_minute_hold_across_three(redis_or_not: str | None, tmp_path: Path) -> None:
     keys = f"keys:\n  - {{name: k, team: t, secret: {SECRET}, limits: {{chat_tokens_per_minute: {TPM}}}}}\n"
-    asyncio.run(tokens_per_minute(redis_or_not, tmp_path / "keys.yaml", keys))
-
-
-async def tokens_per_minute(redis_url: str | None, keys_file: Path, keys: str) -> None:
-    async with three_gatekeepers(redis_url, keys_file, keys) as keepers:
+    async with three_gatekeepers(redis_or_not, tmp_path / "keys.yaml", keys) as keepers:
         key = the_key(keepers[0])
         admitted = 0
         started = time.monotonic()
@@ -79,13 +75,9 @@ async def tokens_per_minute(redis_url: str | None, keys_file: Path, keys: str) -
         assert admitted >= 0.95 * allowed, (admitted, allowed)
 
 
-def test_settling_gives_back_what_the_estimate_took_too_much(redis_or_not: str | None, tmp_path: Path) -> None:
+async def test_settling_gives_back_what_the_estimate_took_too_much(redis_or_not: str | None, tmp_path: Path) -> None:
     keys = f"keys:\n  - {{name: k, team: t, secret: {SECRET}, limits: {{chat_tokens_per_minute: 1000}}}}\n"
-    asyncio.run(settling(redis_or_not, tmp_path / "keys.yaml", keys))
-
-
-async def settling(redis_url: str | None, keys_file: Path, keys: str) -> None:
-    async with three_gatekeepers(redis_url, keys_file, keys) as keepers:
+    async with three_gatekeepers(redis_or_not, tmp_path / "keys.yaml", keys) as keepers:
         key = the_key(keepers[0])
         for keeper in keepers * 3:  # nine calls that each reserve 900 and use 10: each gives 890 back
             async with keeper.chat(key, 900) as reservation:
@@ -97,14 +89,10 @@ async def settling(redis_url: str | None, keys_file: Path, keys: str) -> None:
                     pass
 
 
-def test_a_teams_streams_and_videos_are_counted_together(redis_or_not: str | None, tmp_path: Path) -> None:
+async def test_a_teams_streams_and_videos_are_counted_together(redis_or_not: str | None, tmp_path: Path) -> None:
     keys = "teams:\n  t: {limits: {concurrent_chat_streams: 2, videos_per_day: 3}}\n"
     keys += f"keys:\n  - {{name: k, team: t, secret: {SECRET}}}\n"
-    asyncio.run(streams_and_videos(redis_or_not, tmp_path / "keys.yaml", keys))
-
-
-async def streams_and_videos(redis_url: str | None, keys_file: Path, keys: str) -> None:
-    async with three_gatekeepers(redis_url, keys_file, keys) as keepers:
+    async with three_gatekeepers(redis_or_not, tmp_path / "keys.yaml", keys) as keepers:
         key = the_key(keepers[0])
         async with keepers[0].chat(key, 1), keepers[1].chat(key, 1):
             with pytest.raises(RateLimitExceededError, match="team 't' is over its limit of concurrent chat streams"):
@@ -119,13 +107,9 @@ async def streams_and_videos(redis_url: str | None, keys_file: Path, keys: str) 
         assert int(refused.value.headers["Retry-After"]) >= 1
 
 
-def test_requests_per_minute_admit_n_back_to_back_across_three(redis_or_not: str | None, tmp_path: Path) -> None:
+async def test_requests_per_minute_admit_n_back_to_back_across_three(redis_or_not: str | None, tmp_path: Path) -> None:
     keys = f"keys:\n  - {{name: k, team: t, secret: {SECRET}, limits: {{requests_per_minute: {RPM}}}}}\n"
-    asyncio.run(requests_per_minute(redis_or_not, tmp_path / "keys.yaml", keys))
-
-
-async def requests_per_minute(redis_url: str | None, keys_file: Path, keys: str) -> None:
-    async with three_gatekeepers(redis_url, keys_file, keys) as keepers:
+    async with three_gatekeepers(redis_or_not, tmp_path / "keys.yaml", keys) as keepers:
         key = keepers[0].authenticate(f"Bearer {SECRET}", "models")
         for n in range(RPM):
             await keepers[n % len(keepers)].admit(key, "models")
@@ -134,13 +118,9 @@ async def requests_per_minute(redis_url: str | None, keys_file: Path, keys: str)
         assert refused.value.headers["Retry-After"] == str(60 // RPM)  # the next one refills in 60/N s
 
 
-def test_a_rate_admits_its_burst_then_one_per_interval_across_two(redis_or_not: str | None) -> None:
-    asyncio.run(burst_then_refill(redis_or_not))
-
-
-async def burst_then_refill(redis_url: str | None) -> None:
-    if redis_url is not None:
-        limiters: list[KeyLimiter] = [RedisKeyLimiter(redis_url, timeout_seconds=2) for _ in range(2)]
+async def test_a_rate_admits_its_burst_then_one_per_interval_across_two(redis_or_not: str | None) -> None:
+    if redis_or_not is not None:
+        limiters: list[KeyLimiter] = [RedisKeyLimiter(redis_or_not, timeout_seconds=2) for _ in range(2)]
     else:
         limiters = [LocalKeyLimiter()] * 2
     check = Check("rate", names.limit_key("rpm", names.key_subject("burst"), "models"), INTERVAL_US, BURST)

@@ -213,7 +213,7 @@ def test_grpc_checks_the_same_keys_and_scopes(start: Callable[..., RunningGatewa
     wait_until(recorded)  # the gRPC stream's usage is recorded as the REST one's
 
 
-def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
+async def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
     start: Callable[..., RunningGateway], hunyuan_simulator: RunningHunyuanSimulator, http: httpx.Client, tmp_path: Path
 ) -> None:
     """Team busy (2 concurrent streams) floods with 8 callers; team quiet (no limit of its own) sends 2 at a time.
@@ -229,28 +229,24 @@ def test_a_team_at_its_stream_limit_leaves_the_accounts_slots_to_the_others(
     quota = ChatQuotaSettings(requests_per_second=1000, max_concurrent=4, max_wait_seconds=30)
     chat = ChatSettings(base_url=hunyuan_simulator.base_url, api_key=SecretStr("upstream-key"), quota=quota)
     gateway = start(keys_file=str(keys_file), concerns={"chat": chat})
-
-    async def load() -> tuple[list[httpx.Response], list[httpx.Response]]:
-        async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
-
-            async def caller(team: str, secret: str, n: int, requests: int) -> list[httpx.Response]:
-                answers = []
-                for i in range(requests):
-                    # `user` (forwarded upstream) tells the simulator whose call holds each of its slots.
-                    content = f"question {team} {n} {i}"
-                    body = {**CHAT, "stream": True, "user": team, "messages": [{"role": "user", "content": content}]}
-                    answers.append(await client.post("/v1/chat/completions", json=body, headers=bearer(secret)))
-                return answers
-
-            busy = [caller("busy", "sk-team-busy-key-0001", n, 6) for n in range(8)]
-            quiet = [caller("quiet", "sk-team-quiet-key-0002", n, 4) for n in range(2)]
-            answers = await asyncio.gather(*busy, *quiet)
-            return [a for group in answers[:8] for a in group], [a for group in answers[8:] for a in group]
-
     # The metrics are the test process's (gateways run in it), so earlier tests' waits are counted before.
     concurrency_waits = {"limiter": "chat", "reason": "concurrency"}
     waits_before = metric(http, gateway.base_url, "gateway_quota_waits_total", **concurrency_waits)
-    busy, quiet = asyncio.run(load())
+    async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
+
+        async def caller(team: str, secret: str, n: int, requests: int) -> list[httpx.Response]:
+            answers = []
+            for i in range(requests):
+                # `user` (forwarded upstream) tells the simulator whose call holds each of its slots.
+                content = f"question {team} {n} {i}"
+                body = {**CHAT, "stream": True, "user": team, "messages": [{"role": "user", "content": content}]}
+                answers.append(await client.post("/v1/chat/completions", json=body, headers=bearer(secret)))
+            return answers
+
+        busy_callers = [caller("busy", "sk-team-busy-key-0001", n, 6) for n in range(8)]
+        quiet_callers = [caller("quiet", "sk-team-quiet-key-0002", n, 4) for n in range(2)]
+        answers = await asyncio.gather(*busy_callers, *quiet_callers)
+    busy, quiet = [a for group in answers[:8] for a in group], [a for group in answers[8:] for a in group]
     assert [a.status_code for a in quiet] == [200] * 8, [a.text for a in quiet if a.status_code != 200]
     assert all(a.text.endswith("data: [DONE]\n\n") for a in quiet)  # served in full, not refused mid-way
     refused = [a for a in busy if a.status_code == 429]

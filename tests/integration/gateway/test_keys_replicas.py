@@ -19,6 +19,7 @@ import pytest
 
 from localtriton.ports import free_port
 from tests.helpers.checkout import ROOT
+from tests.helpers.conditions import until
 from tests.helpers.gateway_processes import GatewayProcess, Gateways
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 
@@ -141,7 +142,7 @@ def test_a_keys_requests_per_minute_hold_across_three_replicas(replicas: list[st
     assert over.json()["error"]["code"] == "rate_limit_exceeded" and over.headers["retry-after"] == "1"
 
 
-def test_usage_equals_what_the_upstream_counted_after_a_replica_is_killed_mid_load(
+async def test_usage_equals_what_the_upstream_counted_after_a_replica_is_killed_mid_load(
     replica_processes: list[GatewayProcess], hunyuan_simulator: RunningHunyuanSimulator
 ) -> None:
     """Each replica is called with a key of its own, so each key's record can be set against the simulator's count
@@ -159,30 +160,30 @@ def test_usage_equals_what_the_upstream_counted_after_a_replica_is_killed_mid_lo
             assert time.monotonic() < deadline, "a new key was not accepted by every replica"
             time.sleep(0.05)
 
-    async def load() -> list[list[httpx.Response | None]]:
-        """Four callers per replica, five questions each, one after the other: about 1 s of load."""
-        async with httpx.AsyncClient(timeout=60, headers={"Cache-Control": "no-cache"}) as client:
+    # Four callers per replica, five questions each, one after the other: about 1 s of load.
+    answered_by = [0, 0, 0]
+    async with httpx.AsyncClient(timeout=60, headers={"Cache-Control": "no-cache"}) as client:
 
-            async def caller(replica: int, n: int) -> list[httpx.Response | None]:
-                answers: list[httpx.Response | None] = []
-                for i in range(5):
-                    content = f"question {replica} {n} {i}"
-                    body = {"model": "hy3-preview", "messages": [{"role": "user", "content": content}]}
-                    try:
-                        url = f"{urls[replica]}/v1/chat/completions"
-                        answers.append(await client.post(url, json=body, headers=bearer(secrets[replica])))
-                    except httpx.HTTPError:
-                        answers.append(None)  # asked the killed replica
-                return answers
+        async def caller(replica: int, n: int) -> list[httpx.Response | None]:
+            answers: list[httpx.Response | None] = []
+            for i in range(5):
+                content = f"question {replica} {n} {i}"
+                body = {"model": "hy3-preview", "messages": [{"role": "user", "content": content}]}
+                try:
+                    url = f"{urls[replica]}/v1/chat/completions"
+                    answers.append(await client.post(url, json=body, headers=bearer(secrets[replica])))
+                    answered_by[replica] += 1
+                except httpx.HTTPError:
+                    answers.append(None)  # asked the killed replica
+            return answers
 
-            async def kill() -> None:
-                await asyncio.sleep(0.5)
-                await asyncio.to_thread(replica_processes[2].kill)
+        async def kill() -> None:
+            # Mid-load: once each of its four callers has had about one answer, with four questions each to go.
+            await until(lambda: answered_by[2] >= 4, what="replica 2's first answers")
+            await asyncio.to_thread(replica_processes[2].kill)
 
-            callers = await asyncio.gather(*(caller(r, n) for r in range(3) for n in range(4)), kill())
-            return [[a for answers in callers[r * 4 : r * 4 + 4] for a in answers] for r in range(3)]
-
-    by_replica = asyncio.run(load())
+        callers = await asyncio.gather(*(caller(r, n) for r in range(3) for n in range(4)), kill())
+    by_replica = [[a for answers in callers[r * 4 : r * 4 + 4] for a in answers] for r in range(3)]
     diagnostics = "\n".join(gateway.tail() for gateway in replica_processes)
     for replica in (0, 1):
         assert all(a is not None and a.status_code == 200 for a in by_replica[replica]), diagnostics

@@ -17,6 +17,8 @@ import pytest
 from localtriton.ports import free_port
 from localtriton.server import TritonProcess, wait_for_http_ok
 from tests.helpers.checkout import ROOT
+from tests.helpers.conditions import wait_until
+from tests.helpers.metrics import metric
 from tests.helpers.sentences import SLOW_BATCH
 
 pytestmark = pytest.mark.slow
@@ -54,7 +56,8 @@ def test_sigterm_drains_in_flight_requests_and_logs_are_json_without_secrets(tri
             )
         )
         slow.start()
-        time.sleep(0.5)
+        with httpx.Client(timeout=10) as probe:  # /metrics is not counted in flight
+            wait_until(lambda: metric(probe, base, "http_requests_in_flight") == 1, what="the slow batch in flight")
         started = time.monotonic()
         process.send_signal(signal.SIGTERM)
         slow.join()

@@ -1,8 +1,7 @@
 """`RedisQuotaLimiter` against a real redis-server: the quota holds across OS processes, leases free the slots
 of crashed holders, and a Redis outage falls back to limiting in process instead of failing requests.
 
-Scenarios run in their own event loop (`asyncio.run`) and close their limiters; replicas are separate
-processes running `tests/helpers/quota_worker.py`.
+Tests close their limiters; replicas are separate processes running `tests/helpers/quota_worker.py`.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ import logging
 import subprocess
 import sys
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -29,14 +28,9 @@ from tests.helpers.redis_fixtures import RedisServer
 
 pytestmark = pytest.mark.slow
 
-T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[3]
 NAME = "test"
 SLOTS = "quota:{test}:slots"
-
-
-def run(scenario: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(scenario)
 
 
 def make_limiter(url: str, **fields: Any) -> RedisQuotaLimiter:
@@ -107,8 +101,11 @@ async def refusal(limiter: RedisQuotaLimiter, estimated_tokens: int = 0) -> Over
     return caught.value
 
 
-async def hold(limiter: RedisQuotaLimiter, seconds: float) -> None:
+async def hold(limiter: RedisQuotaLimiter, seconds: float, holding: asyncio.Event | None = None) -> None:
+    """Hold a slot for `seconds`; `holding` is set once the slot is taken."""
     async with limiter.slot():
+        if holding is not None:
+            holding.set()
         await asyncio.sleep(seconds)
 
 
@@ -159,54 +156,47 @@ def test_three_processes_together_keep_the_rate_and_the_concurrency(redis_url: s
     assert elapsed < 15  # 6 s at the full rate; no caller starves
 
 
-def test_admissions_are_spaced_on_redis_time(redis_url: str) -> None:
-    async def scenario() -> list[float]:
-        async with make_limiter(
-            redis_url, requests_per_second=50, max_concurrent=100, rate_margin_seconds=0
-        ) as limiter:
+async def test_admissions_are_spaced_on_redis_time(redis_url: str) -> None:
+    async with make_limiter(redis_url, requests_per_second=50, max_concurrent=100, rate_margin_seconds=0) as limiter:
 
-            async def admitted_at() -> float:
-                async with limiter.slot() as slot:
-                    return slot.admitted_at
+        async def admitted_at() -> float:
+            async with limiter.slot() as slot:
+                return slot.admitted_at
 
-            return await asyncio.gather(*(admitted_at() for _ in range(20)))
-
-    admitted = sorted(round(t * 1_000_000) for t in run(scenario()))
+        times = await asyncio.gather(*(admitted_at() for _ in range(20)))
+    admitted = sorted(round(t * 1_000_000) for t in times)
     assert min(b - a for a, b in itertools.pairwise(admitted)) > 20_000
 
 
-def test_a_retry_is_paced_by_the_rate_all_replicas_share(redis_url: str) -> None:
+async def test_a_retry_is_paced_by_the_rate_all_replicas_share(redis_url: str) -> None:
     fields = {"requests_per_second": 10, "max_concurrent": 10, "rate_margin_seconds": 0, "max_wait_seconds": 2}
-
-    async def scenario() -> float:
-        async with (
-            make_limiter(redis_url, **fields) as one,
-            make_limiter(redis_url, **fields) as other,
-            other.slot() as slot,
-        ):
-            await asyncio.sleep(0.15)  # past the next admission time its own call set
-            async with one.slot():  # another replica's call sets it again, 100 ms ahead
-                pass
-            started = time.monotonic()
-            await slot.pace()  # this replica's retry: one more arrival, after the other replica's call
-            return time.monotonic() - started
-
-    assert run(scenario()) >= 0.09
+    async with (
+        make_limiter(redis_url, **fields) as one,
+        make_limiter(redis_url, **fields) as other,
+        other.slot() as slot,
+    ):
+        await asyncio.sleep(0.15)  # past the next admission time its own call set
+        async with one.slot():  # another replica's call sets it again, 100 ms ahead
+            pass
+        started = time.monotonic()
+        await slot.pace()  # this replica's retry: one more arrival, after the other replica's call
+        paced = time.monotonic() - started
+    assert paced >= 0.09
 
 
-def test_no_slot_within_the_wait_raises_overloaded_and_takes_nothing(redis_url: str, redis_server: RedisServer) -> None:
-    async def scenario() -> tuple[OverloadedError, float, int, float]:
-        async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.2) as limiter:
-            holder = asyncio.create_task(hold(limiter, 0.4))
-            await asyncio.sleep(0.05)
-            started = time.monotonic()
-            error = await refusal(limiter)
-            waited, held_during = time.monotonic() - started, held(redis_server)
-            await holder
-            async with limiter.slot() as slot:
-                return error, waited, held_during, slot.waited_seconds
-
-    error, waited, held_during, next_wait = run(scenario())
+async def test_no_slot_within_the_wait_raises_overloaded_and_takes_nothing(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.2) as limiter:
+        holding = asyncio.Event()
+        holder = asyncio.create_task(hold(limiter, 0.4, holding))
+        await holding.wait()
+        started = time.monotonic()
+        error = await refusal(limiter)
+        waited, held_during = time.monotonic() - started, held(redis_server)
+        await holder
+        async with limiter.slot() as slot:
+            next_wait = slot.waited_seconds
     assert error.status_code == 429 and error.headers == {"Retry-After": "1"}
     assert 0.2 <= waited < 0.4
     assert held_during == 1
@@ -214,126 +204,109 @@ def test_no_slot_within_the_wait_raises_overloaded_and_takes_nothing(redis_url: 
     assert held(redis_server) == 0
 
 
-def test_a_rate_wait_beyond_max_wait_fails_at_once(redis_url: str) -> None:
-    async def scenario() -> tuple[OverloadedError, float]:
-        limiter = make_limiter(redis_url, requests_per_second=0.5, max_wait_seconds=0.5, rate_margin_seconds=0)
-        async with limiter:
-            async with limiter.slot():
-                pass
-            started = time.monotonic()
-            return await refusal(limiter), time.monotonic() - started
-
-    error, refused_after = run(scenario())
+async def test_a_rate_wait_beyond_max_wait_fails_at_once(redis_url: str) -> None:
+    limiter = make_limiter(redis_url, requests_per_second=0.5, max_wait_seconds=0.5, rate_margin_seconds=0)
+    async with limiter:
+        async with limiter.slot():
+            pass
+        started = time.monotonic()
+        error = await refusal(limiter)
+        refused_after = time.monotonic() - started
     assert refused_after < 0.1
     assert error.headers == {"Retry-After": "2"}
 
 
-def test_tokens_are_taken_on_entry_and_settled_on_exit(redis_url: str) -> None:
-    async def scenario() -> tuple[OverloadedError, float, OverloadedError]:
-        async with make_limiter(redis_url, tokens_per_minute=600, max_wait_seconds=0.5) as limiter:
-            async with limiter.slot(500) as slot:
-                slot.settle(100)  # 400 given back
-            too_many = await refusal(limiter, 600)  # 500 left: 100 more take 10 s
-            async with limiter.slot(500) as slot:
-                waited = slot.waited_seconds
-                slot.settle(600)  # 100 more than reserved, with the budget used up: the balance goes to -100
-            return too_many, waited, await refusal(limiter, 0)
-
-    too_many, waited, in_debt = run(scenario())
+async def test_tokens_are_taken_on_entry_and_settled_on_exit(redis_url: str) -> None:
+    async with make_limiter(redis_url, tokens_per_minute=600, max_wait_seconds=0.5) as limiter:
+        async with limiter.slot(500) as slot:
+            slot.settle(100)  # 400 given back
+        too_many = await refusal(limiter, 600)  # 500 left: 100 more take 10 s
+        async with limiter.slot(500) as slot:
+            waited = slot.waited_seconds
+            slot.settle(600)  # 100 more than reserved, with the budget used up: the balance goes to -100
+        in_debt = await refusal(limiter, 0)
     assert too_many.headers == {"Retry-After": "10"}
     assert "600 tokens needed" in too_many.message
     assert waited < 0.1
     assert in_debt.headers == {"Retry-After": "10"}
 
 
-def test_a_release_run_twice_corrects_the_tokens_once(redis_url: str) -> None:
+async def test_a_release_run_twice_corrects_the_tokens_once(redis_url: str) -> None:
     """redis-py runs a script again when its reply was lost (a timeout or a reset after it ran)."""
-
-    async def scenario() -> OverloadedError:
-        async with make_limiter(redis_url, tokens_per_minute=600, max_wait_seconds=0.5) as limiter:
-            async with limiter.slot(500) as slot:
-                slot.settle(500)  # 100 left
-            for _ in range(2):  # the same release, as a retry would send it: 400 given back, once
-                await limiter._give_back("lease-retried", -400, only_if_held=False)
-            return await refusal(limiter, 600)  # 500 there: 100 short
-
-    assert run(scenario()).headers == {"Retry-After": "10"}
+    async with make_limiter(redis_url, tokens_per_minute=600, max_wait_seconds=0.5) as limiter:
+        async with limiter.slot(500) as slot:
+            slot.settle(500)  # 100 left
+        for _ in range(2):  # the same release, as a retry would send it: 400 given back, once
+            await limiter._give_back("lease-retried", -400, only_if_held=False)
+        error = await refusal(limiter, 600)  # 500 there: 100 short
+    assert error.headers == {"Retry-After": "10"}
 
 
-def test_the_slot_is_released_when_the_block_raises_or_is_cancelled(redis_url: str, redis_server: RedisServer) -> None:
-    async def scenario() -> int:
-        async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.5) as limiter:
-            with pytest.raises(RuntimeError, match="upstream broke"):
-                async with limiter.slot():
-                    raise RuntimeError("upstream broke")
-            holder = asyncio.create_task(hold(limiter, 10))
-            await asyncio.sleep(0.1)
-            holding = held(redis_server)
-            holder.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await holder
+async def test_the_slot_is_released_when_the_block_raises_or_is_cancelled(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.5) as limiter:
+        with pytest.raises(RuntimeError, match="upstream broke"):
             async with limiter.slot():
-                return holding
-
-    assert run(scenario()) == 1
+                raise RuntimeError("upstream broke")
+        taken = asyncio.Event()
+        holder = asyncio.create_task(hold(limiter, 10, taken))
+        await taken.wait()
+        holding = held(redis_server)
+        holder.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+        async with limiter.slot():
+            pass
+    assert holding == 1
     assert held(redis_server) == 0
 
 
-def test_a_release_lost_in_a_network_blip_is_tried_again_and_frees_the_slot(redis_server: RedisServer) -> None:
-    async def scenario() -> tuple[int, int, float]:
-        async with SwallowingProxy(redis_server) as proxy, make_limiter(proxy.url, max_concurrent=1) as limiter:
-            async with limiter.slot() as slot:
-                assert slot.shared
-                proxy.swallowing = True  # the release on leaving the block is lost
-            during = held(redis_server)
-            proxy.swallowing = False
-            started = time.monotonic()
-            while held(redis_server) and time.monotonic() - started < 5:
-                await asyncio.sleep(0.05)
-            return during, held(redis_server), time.monotonic() - started
-
-    during, after, seconds = run(scenario())
+async def test_a_release_lost_in_a_network_blip_is_tried_again_and_frees_the_slot(redis_server: RedisServer) -> None:
+    async with SwallowingProxy(redis_server) as proxy, make_limiter(proxy.url, max_concurrent=1) as limiter:
+        async with limiter.slot() as slot:
+            assert slot.shared
+            proxy.swallowing = True  # the release on leaving the block is lost
+        during = held(redis_server)
+        proxy.swallowing = False
+        started = time.monotonic()
+        while held(redis_server) and time.monotonic() - started < 5:
+            await asyncio.sleep(0.05)
+        after, seconds = held(redis_server), time.monotonic() - started
     assert (during, after) == (1, 0) and seconds < 2  # tried again after the 0.2 s back-off, not the 120 s lease
 
 
-def test_a_crashed_holders_slot_frees_itself_after_the_lease(redis_url: str) -> None:
+async def test_a_crashed_holders_slot_frees_itself_after_the_lease(redis_url: str) -> None:
     with workers(1, "hold", redis_url, "--concurrency", "1", "--lease", "1") as (process,):
         expect_line(process, "held")
         process.kill()
         process.wait(timeout=10)
     killed_at = time.monotonic()
-
-    async def scenario() -> tuple[OverloadedError, float]:
-        async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0, lease_seconds=1) as busy:
-            error = await refusal(busy)
-        patient = make_limiter(redis_url, max_concurrent=1, max_wait_seconds=3, lease_seconds=1)
-        async with patient, patient.slot():
-            return error, time.monotonic() - killed_at
-
-    error, freed_after = run(scenario())
+    async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0, lease_seconds=1) as busy:
+        error = await refusal(busy)
+    patient = make_limiter(redis_url, max_concurrent=1, max_wait_seconds=3, lease_seconds=1)
+    async with patient, patient.slot():
+        freed_after = time.monotonic() - killed_at
     assert "all 1 concurrent calls busy" in error.message
     assert freed_after < 1.5  # at most one lease after the last renewal
 
 
-def test_a_live_holder_keeps_its_slot_beyond_the_lease(redis_url: str) -> None:
-    async def scenario() -> OverloadedError:
-        async with (
-            make_limiter(redis_url, max_concurrent=1, lease_seconds=0.6) as owner,
-            make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0, lease_seconds=0.6) as other,
-        ):
-            holder = asyncio.create_task(hold(owner, 1.5))
-            await asyncio.sleep(1.2)  # twice the lease
-            error = await refusal(other)
-            await holder
-            return error
-
-    assert "concurrent calls busy" in run(scenario()).message
+async def test_a_live_holder_keeps_its_slot_beyond_the_lease(redis_url: str) -> None:
+    async with (
+        make_limiter(redis_url, max_concurrent=1, lease_seconds=0.6) as owner,
+        make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0, lease_seconds=0.6) as other,
+    ):
+        holder = asyncio.create_task(hold(owner, 1.5))
+        await asyncio.sleep(1.2)  # twice the lease: how long the slot outlives it is what is tested
+        error = await refusal(other)
+        await holder
+    assert "concurrent calls busy" in error.message
 
 
-def test_redis_down_falls_back_to_local_limiting_logged_once(
+async def test_redis_down_falls_back_to_local_limiting_logged_once(
     redis_url: str, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def scenario() -> tuple[list[bool], OverloadedError, bool]:
+    with caplog.at_level(logging.INFO, logger="gateway"):
         async with make_limiter(redis_url, max_concurrent=1, max_wait_seconds=0.05) as limiter:
             shared = [await slot_is_shared(limiter)]
             redis_server.stop()
@@ -342,10 +315,7 @@ def test_redis_down_falls_back_to_local_limiting_logged_once(
                 busy = await refusal(limiter)  # the local fallback enforces the same limits
             redis_server.start()
             await asyncio.sleep(0.25)  # past the back-off
-            return shared, busy, await slot_is_shared(limiter)
-
-    with caplog.at_level(logging.INFO, logger="gateway"):
-        shared, busy, shared_again = run(scenario())
+            shared_again = await slot_is_shared(limiter)
     assert shared == [True, False, False, False]
     assert "all 1 concurrent calls busy" in busy.message
     assert shared_again
@@ -354,28 +324,24 @@ def test_redis_down_falls_back_to_local_limiting_logged_once(
     assert [level for level, message in logged if "answers again" in message] == [logging.INFO]
 
 
-def test_an_unreachable_redis_never_fails_requests() -> None:
-    async def scenario() -> bool:
-        url = f"redis://127.0.0.1:{free_port()}/0"
-        async with make_limiter(url) as limiter:
-            return await slot_is_shared(limiter)
-
-    assert run(scenario()) is False
+async def test_an_unreachable_redis_never_fails_requests() -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    async with make_limiter(url) as limiter:
+        assert await slot_is_shared(limiter) is False
 
 
-def test_build_limiter_shares_the_quota_under_the_names_hash_tag(redis_url: str, redis_server: RedisServer) -> None:
+async def test_build_limiter_shares_the_quota_under_the_names_hash_tag(
+    redis_url: str, redis_server: RedisServer
+) -> None:
     """The chat quota keeps its Redis keys of 0.1 (`quota:{hunyuan}:*`): during a rolling upgrade the replicas of
     both releases hold the account's slots in one place."""
-
-    async def scenario() -> bytes:
-        limiter = build_limiter(QuotaConfig(), redis_url, name="chat", key_name=CHAT_QUOTA_KEYS)
-        try:
-            async with limiter.slot():
-                return redis_server.command("EXISTS", "quota:{hunyuan}:slots")
-        finally:
-            await limiter.aclose()
-
-    assert run(scenario()) == b":1"
+    limiter = build_limiter(QuotaConfig(), redis_url, name="chat", key_name=CHAT_QUOTA_KEYS)
+    try:
+        async with limiter.slot():
+            exists = redis_server.command("EXISTS", "quota:{hunyuan}:slots")
+    finally:
+        await limiter.aclose()
+    assert exists == b":1"
 
 
 async def slot_is_shared(limiter: RedisQuotaLimiter) -> bool:

@@ -11,6 +11,7 @@ from redis.exceptions import ResponseError
 
 from gateway.keys.redis_channel import PipelinedChannel
 from gateway.redis_client import redis_client
+from tests.helpers.conditions import until
 from tests.helpers.redis_fixtures import RedisServer
 
 
@@ -45,7 +46,7 @@ async def test_reset_fails_the_calls_a_frozen_redis_holds_and_a_restarted_one_is
             await channel.execute("SET", "k", "1")
             own_redis.freeze()
             waiting = asyncio.ensure_future(channel.execute("GET", "k"))
-            await asyncio.sleep(0.2)
+            await until(lambda: len(channel._waiting) == 1, what="the GET sent to the frozen Redis")
             channel.reset()
             failure = (await asyncio.gather(waiting, return_exceptions=True))[0]
             own_redis.thaw()

@@ -141,7 +141,7 @@ async def test_redis_stopped_lookup_and_add_return_quietly_and_count(redis_serve
         assert time.perf_counter() - started < 0.05
 
         redis_server.start()
-        await asyncio.sleep(1.1)
+        await asyncio.sleep(1.1)  # past the back-off (1 s), a timer of the store's: its next call probes Redis
         await index.add(chat(QUESTION), exact_key(chat(QUESTION)))
         hit = await index.lookup(chat(PARAPHRASE))
         assert hit is not None and hit.answer_key == exact_key(chat(QUESTION))

@@ -124,42 +124,36 @@ def test_a_killed_gateways_spool_is_replayed_at_its_next_start(
         assert replayed(http, restarted, answered) == answered, restarted.tail()
 
 
-def test_a_record_replayed_twice_counts_once(own_redis: RedisServer, tmp_path: Path) -> None:
+async def test_a_record_replayed_twice_counts_once(own_redis: RedisServer, tmp_path: Path) -> None:
     """The same request twice in the spool, and once more after its first replay reached Redis but before it left
     the spool (a replay cut off by a kill): one request on the record."""
-
-    async def scenario() -> int:
-        store = RedisUsageStore(own_redis.url)
-        spool = UsageSpool(str(tmp_path / "spool.sqlite3"), max_records=100)
-        recorder = UsageRecorder(store, PriceTable({}), LocalKeyLimiter(), KeyResolver([]), spool)
-        today = datetime.now(UTC).date()
-        entry = UsageEntry(
-            "request-1", today.isoformat(), today.isoformat()[:7], ANONYMOUS.id, "-", "t", "m", Usage(prompt_tokens=3)
-        )
-        await store.add_many([entry])  # the cut-off replay: in Redis, still in the spool
-        await spool.put([entry, entry])
-        recorder.start()
+    store = RedisUsageStore(own_redis.url)
+    spool = UsageSpool(str(tmp_path / "spool.sqlite3"), max_records=100)
+    recorder = UsageRecorder(store, PriceTable({}), LocalKeyLimiter(), KeyResolver([]), spool)
+    today = datetime.now(UTC).date()
+    entry = UsageEntry(
+        "request-1", today.isoformat(), today.isoformat()[:7], ANONYMOUS.id, "-", "t", "m", Usage(prompt_tokens=3)
+    )
+    await store.add_many([entry])  # the cut-off replay: in Redis, still in the spool
+    await spool.put([entry, entry])
+    recorder.start()
+    async with asyncio.timeout(30):  # the spool is replayed
         while await spool.size():
             await asyncio.sleep(0.05)
-        rows = await store.rows(today, today)
-        await recorder.aclose()
-        assert [row.counters["prompt_tokens"] for row in rows] == [3]
-        return sum(int(row.counters["requests"]) for row in rows)
-
-    assert asyncio.run(scenario()) == 1
+    rows = await store.rows(today, today)
+    await recorder.aclose()
+    assert [row.counters["prompt_tokens"] for row in rows] == [3]
+    assert sum(int(row.counters["requests"]) for row in rows) == 1
 
 
-def test_a_full_spool_drops_and_counts_the_rest(tmp_path: Path) -> None:
-    async def scenario() -> tuple[int, int]:
-        spool = UsageSpool(str(tmp_path / "spool.sqlite3"), max_records=3)
-        entries = [UsageEntry(f"r{n}", "2026-12-04", "2026-12", "k", "-", "t", "m", Usage()) for n in range(5)]
-        dropped = await spool.put(entries)
-        kept = [entry.request_id for _, entry in await spool.take(10)]
-        await spool.aclose()
-        reopened = UsageSpool(str(tmp_path / "spool.sqlite3"), max_records=3)
-        size = await reopened.size()
-        await reopened.aclose()
-        assert kept == ["r0", "r1", "r2"]
-        return dropped, size
-
-    assert asyncio.run(scenario()) == (2, 3)
+async def test_a_full_spool_drops_and_counts_the_rest(tmp_path: Path) -> None:
+    spool = UsageSpool(str(tmp_path / "spool.sqlite3"), max_records=3)
+    entries = [UsageEntry(f"r{n}", "2026-12-04", "2026-12", "k", "-", "t", "m", Usage()) for n in range(5)]
+    dropped = await spool.put(entries)
+    kept = [entry.request_id for _, entry in await spool.take(10)]
+    await spool.aclose()
+    reopened = UsageSpool(str(tmp_path / "spool.sqlite3"), max_records=3)
+    size = await reopened.size()
+    await reopened.aclose()
+    assert kept == ["r0", "r1", "r2"]
+    assert (dropped, size) == (2, 3)

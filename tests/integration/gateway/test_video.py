@@ -30,6 +30,7 @@ from gateway.settings import (
 from gateway.upstreams.webhooks import WebhookUrls
 from localtriton.ports import free_port
 from simulators.pika import webhook_message
+from tests.helpers.conditions import wait_until
 from tests.helpers.metrics import metric
 from tests.helpers.pika_fixtures import RunningPikaSimulator
 from tests.helpers.redis_fixtures import RedisServer
@@ -366,7 +367,7 @@ def test_finished_tasks_expire_after_the_retention(
     gateway = start_image_gateway(gateway_factory, pika_simulator, tasks={"retention_seconds": 1.0})
     done = wait_until_done(http, gateway, submit(http, gateway).json()["id"])
     assert done["expires_at"] is not None and done["expires_at"] - done["completed_at"] <= 1
-    time.sleep(1.2)
+    time.sleep(1.2)  # past the retention (1 s), whose length is what is tested
     gone = http.get(f"{gateway.base_url}/v1/tasks/{done['id']}")
     assert gone.status_code == 404 and gone.json()["error"]["type"] == "not_found_error"
 
@@ -445,7 +446,7 @@ def test_bad_requests_get_400_in_the_error_shape_and_create_nothing(
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param and error["message"]
-    time.sleep(0.1)
+    time.sleep(0.1)  # a quiet spell in which no submit may reach the upstream (an absence has no signal)
     assert pika_simulator.stats.submitted == 0
 
 
@@ -475,9 +476,14 @@ def test_the_fal_key_never_appears_in_answers_or_task_records(
     image_gateway: RunningGateway, pika_simulator: RunningPikaSimulator, http: httpx.Client
 ) -> None:
     pika_simulator.config.api_key = "another-key"  # the upstream now refuses ours
+
+    def refused_submits() -> float:
+        return metric(http, image_gateway.base_url, "gateway_video_upstream_submits_total", result="retry")
+
+    before = refused_submits()
     answer = submit(http, image_gateway)
     assert answer.status_code == 202
-    time.sleep(0.5)
+    wait_until(lambda: refused_submits() > before, what="the refused submit handled")
     task = http.get(f"{image_gateway.base_url}/v1/tasks/{answer.json()['id']}").text
     assert KEY not in task and KEY not in http.get(f"{image_gateway.base_url}/metrics").text
     digest = hashlib.sha256(KEY.encode()).hexdigest()

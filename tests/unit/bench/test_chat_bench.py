@@ -121,14 +121,14 @@ async def paced(*events: str, pause: float = 0.01) -> AsyncIterator[str]:
         yield event
 
 
-def test_first_byte_is_the_first_event_and_first_answer_the_first_content_after_the_reasoning() -> None:
+async def test_first_byte_is_the_first_event_and_first_answer_the_first_content_after_the_reasoning() -> None:
     events = (chunk(None), chunk("think", reasoning=True), chunk("more", reasoning=True), chunk("E"), "data: [DONE]")
-    times = asyncio.run(stream_times(paced(*events), time.perf_counter()))
+    times = await stream_times(paced(*events), time.perf_counter())
     assert 0 < times.first_byte < times.first_answer  # the reasoning chunks between them are no answer
 
 
-def test_first_content_skips_the_role_chunk_and_reads_to_done() -> None:
-    times = asyncio.run(stream_times(lines(chunk(None), chunk("E"), chunk("x"), "data: [DONE]"), 0.0))
+async def test_first_content_skips_the_role_chunk_and_reads_to_done() -> None:
+    times = await stream_times(lines(chunk(None), chunk("E"), chunk("x"), "data: [DONE]"), 0.0)
     assert times.first_answer >= times.first_byte > 0
 
 
@@ -141,9 +141,9 @@ def test_first_content_skips_the_role_chunk_and_reads_to_done() -> None:
         ((chunk("E"), 'data: {"error": {"message": "upstream broke"}}', "data: [DONE]"), "upstream broke"),
     ],
 )
-def test_incomplete_or_failed_streams_are_errors(events: tuple[str, ...], message: str) -> None:
+async def test_incomplete_or_failed_streams_are_errors(events: tuple[str, ...], message: str) -> None:
     with pytest.raises(AnswerError, match=message):
-        asyncio.run(stream_times(lines(*events), 0.0))
+        await stream_times(lines(*events), 0.0)
 
 
 def samples(rps: float, *latencies_ms: float, proxy_cpu: float = 0.0) -> list[Sample]:
@@ -172,8 +172,8 @@ def test_series_rows_and_targets_compare_each_system_with_the_bare_simulator_and
 
 
 @pytest.mark.slow
-def test_quick_run_measures_gateway_and_bare_and_holds_every_stream_it_opens(tmp_path: Path) -> None:
-    result = asyncio.run(run(tmp_path, quick=True))
+async def test_quick_run_measures_gateway_and_bare_and_holds_every_stream_it_opens(tmp_path: Path) -> None:
+    result = await run(tmp_path, quick=True)
     assert {BARE, GATEWAY, CACHED} <= {point.system for point in result.points if point.throughput > 0}
     burst = {row["system"]: row for row in result.table if row["measurement"] == "streams at once"}
     assert burst[GATEWAY]["completed"] == f"{QUICK.streams}/{QUICK.streams}"
@@ -194,7 +194,7 @@ def test_stream_rows_report_time_to_first_byte_beside_time_to_first_answer() -> 
     assert "TTFB p50 ms" not in {key for row in rows("completions", series({1: {BARE: samples(10, 1)}})) for key in row}
 
 
-def test_systems_taking_turns_alternate_one_request_at_a_time_each_timed_on_its_own() -> None:
+async def test_systems_taking_turns_alternate_one_request_at_a_time_each_timed_on_its_own() -> None:
     sent: list[tuple[str, int]] = []
     in_flight = 0
 
@@ -210,7 +210,7 @@ def test_systems_taking_turns_alternate_one_request_at_a_time_each_timed_on_its_
 
         return request
 
-    fast, slow = asyncio.run(taking_turns([system("fast", 0.002), system("slow", 0.02)], total=6))
+    fast, slow = await taking_turns([system("fast", 0.002), system("slow", 0.02)], total=6)
 
     assert sent[:4] == [("fast", 0), ("slow", 0), ("slow", 1), ("fast", 1)]  # the order turns with each index
     assert sorted(sent) == sorted((name, i) for name in ("fast", "slow") for i in range(6))

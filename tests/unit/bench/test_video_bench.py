@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from pathlib import Path
 
@@ -85,8 +84,8 @@ def test_the_completion_row_takes_medians_and_sums_the_lost_tasks() -> None:
 
 
 @pytest.mark.slow
-def test_quick_run_measures_submits_and_completion_end_to_end(tmp_path: Path) -> None:
-    result = asyncio.run(video.run(tmp_path, runs=1, quick=True))
+async def test_quick_run_measures_submits_and_completion_end_to_end(tmp_path: Path) -> None:
+    result = await video.run(tmp_path, runs=1, quick=True)
     systems = {point.system for point in result.points}
     assert "SQLite task store" in systems
     assert {point.x for point in result.points} == set(RATES)

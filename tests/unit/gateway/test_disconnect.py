@@ -9,6 +9,7 @@ from starlette.types import Message
 
 from gateway.disconnect import unless_disconnected
 from gateway.errors import ClientClosedRequestError, InvalidRequestError
+from tests.helpers.conditions import until
 
 
 class Connection:
@@ -58,7 +59,7 @@ async def test_a_disconnect_cancels_the_work_after_its_clean_up_has_run() -> Non
 async def test_a_cancelled_request_cancels_its_work_and_errors_pass_through() -> None:
     connection, events = Connection(), list[str]()
     request = asyncio.create_task(unless_disconnected(connection.receive, work(events, 30)))
-    await asyncio.sleep(0.05)
+    await until(lambda: connection.waiting == 1, what="the work and its watcher started")
     request.cancel()  # the request's deadline
     with pytest.raises(asyncio.CancelledError):
         await request

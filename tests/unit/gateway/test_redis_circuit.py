@@ -13,6 +13,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway import metrics
 from gateway.redis_client import CircuitState, RedisCircuit, RedisConnection, RedisSkippedError, _LoopWatch
+from tests.helpers.conditions import until
 
 
 class Clock:
@@ -143,8 +144,8 @@ async def test_a_call_is_bounded_by_twice_the_timeout_fails_alone_and_sends_a_he
     assert loop.time() - started < 0.1 + 0.5  # 2 x timeout_seconds, with room for a busy host
     assert redis.circuit.closed  # no verdict on Redis: the process may have been too slow to read its answer
     assert timeouts._value.get() == 1
-    await asyncio.sleep(0.1)
-    assert redis.circuit.state is CircuitState.OPEN  # the health PING it sent was refused
+    # the health PING it sent was refused
+    await until(lambda: redis.circuit.state is CircuitState.OPEN, what="the health PING refused")
     await redis.aclose()
 
 
@@ -191,8 +192,7 @@ async def test_a_skipped_call_after_the_window_starts_the_probe_in_the_backgroun
         await redis.call(lambda: asyncio.sleep(60))  # skipped at once, never run
     await asyncio.sleep(0)
     assert redis.circuit.state is CircuitState.PROBING  # the background PING
-    await asyncio.sleep(0.1)
-    assert redis.circuit.state is CircuitState.OPEN  # refused: a new window
+    await until(lambda: redis.circuit.state is CircuitState.OPEN, what="the PING refused: a new window")
     await redis.aclose()
 
 
@@ -201,8 +201,7 @@ async def test_shared_connection_closes_with_its_last_user_and_known_up_never_wa
     user = RedisConnection.shared(redis)
     assert user is redis
     assert redis.known_up()  # nothing known against it yet; the check runs in the background
-    await asyncio.sleep(0.1)
-    assert not redis.known_up()  # the background PING was refused
+    await until(lambda: not redis.known_up(), what="the background PING refused")
     await user.aclose()
     assert redis.client.connection_pool is not None
     await redis.aclose()

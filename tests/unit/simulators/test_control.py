@@ -3,8 +3,8 @@ process and reads its stats over HTTP, ahead of the fal queue's catch-all submit
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import httpx
 from fastapi import FastAPI
@@ -18,23 +18,20 @@ from simulators.pika.config import PikaSimulatorConfig
 from simulators.serve import command_parser
 
 
-def run(app: FastAPI, scenario: Callable[[httpx.AsyncClient], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://simulator") as client:
-                await scenario(client)
-
-    asyncio.run(main())
+@asynccontextmanager
+async def served(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://simulator") as client:
+            yield client
 
 
-def test_a_chat_fault_is_switched_on_and_off_through_the_config_route() -> None:
+async def test_a_chat_fault_is_switched_on_and_off_through_the_config_route() -> None:
     config = SimulatorConfig()
     app = create_hunyuan_simulator(config)
     add_control_routes(app)
     body = {"model": "hy3-preview", "messages": [{"role": "user", "content": "hi"}]}
-
-    async def scenario(client: httpx.AsyncClient) -> None:
+    async with served(app) as client:
         assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
         changed = await client.patch("/_simulator/config", json={"error_rate": 1, "ttft_seconds": 0.0})
         assert changed.status_code == 200 and changed.json()["error_rate"] == 1.0
@@ -43,32 +40,26 @@ def test_a_chat_fault_is_switched_on_and_off_through_the_config_route() -> None:
         assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
         stats = (await client.get("/_simulator/stats")).json()
         assert stats["requests_total"] == 3 and stats["responses_by_status"] == {"200": 2, "500": 1}
-
-    run(app, scenario)
     assert config.error_rate == 0.0
 
 
-def test_an_unknown_field_or_a_wrong_type_changes_nothing() -> None:
+async def test_an_unknown_field_or_a_wrong_type_changes_nothing() -> None:
     config = SimulatorConfig()
     app = create_hunyuan_simulator(config)
     add_control_routes(app)
-
-    async def scenario(client: httpx.AsyncClient) -> None:
+    async with served(app) as client:
         unknown = await client.patch("/_simulator/config", json={"error_rate": 1.0, "no_such_field": 1})
         assert unknown.status_code == 400 and "no_such_field" in unknown.json()["error"]
         wrong = await client.patch("/_simulator/config", json={"split_utf8": "yes"})
         assert wrong.status_code == 400 and "split_utf8" in wrong.json()["error"]
-
-    run(app, scenario)
     assert config.error_rate == 0.0 and config.split_utf8 is False
 
 
-def test_fal_counts_submissions_per_prompt_and_its_submit_route_does_not_shadow_the_controls() -> None:
+async def test_fal_counts_submissions_per_prompt_and_its_submit_route_does_not_shadow_the_controls() -> None:
     config = PikaSimulatorConfig(job_seconds=0.05)
     app = create_pika_simulator(config)
     add_control_routes(app)
-
-    async def scenario(client: httpx.AsyncClient) -> None:
+    async with served(app) as client:
         changed = await client.patch("/_simulator/config", json={"submit_delay_seconds": 0.01})
         assert changed.status_code == 200 and changed.json()["submit_delay_seconds"] == 0.01
         for prompt in ("a cat", "a cat", "a dog"):
@@ -77,18 +68,12 @@ def test_fal_counts_submissions_per_prompt_and_its_submit_route_does_not_shadow_
         stats = (await client.get("/_simulator/stats")).json()
         assert stats["submitted"] == 3
         assert stats["submitted_by_prompt"] == {"a cat": 2, "a dog": 1}
-
-    run(app, scenario)
     assert config.submit_delay_seconds == 0.01
 
 
-def test_the_controls_are_off_unless_asked_for() -> None:
+async def test_the_controls_are_off_unless_asked_for() -> None:
     parser = command_parser(hunyuan_command.COMMAND)
     assert parser.parse_args([]).control is False
     assert parser.parse_args(["--control"]).control is True
-    app = create_hunyuan_simulator(SimulatorConfig())
-
-    async def scenario(client: httpx.AsyncClient) -> None:
+    async with served(create_hunyuan_simulator(SimulatorConfig())) as client:
         assert (await client.get("/_simulator/stats")).status_code == 404
-
-    run(app, scenario)

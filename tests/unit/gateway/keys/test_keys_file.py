@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -53,11 +52,11 @@ def test_an_invalid_file_is_refused_with_a_reason_that_never_quotes_a_secret(tex
     assert SECRET not in str(refused.value)
 
 
-def test_a_keys_file_that_does_not_load_at_start_closes_the_gateway(tmp_path: Path) -> None:
+async def test_a_keys_file_that_does_not_load_at_start_closes_the_gateway(tmp_path: Path) -> None:
     broken = tmp_path / "keys.yaml"
     broken.write_text("keys: [")
     resolver = KeyResolver([], keys_file=str(broken))
-    asyncio.run(resolver.refresh())
+    await resolver.refresh()
     with pytest.raises(AuthenticationError, match="invalid API key"):
         resolver.resolve(f"Bearer {SECRET}")
     assert KeyResolver([]).resolve(None) is ANONYMOUS  # no keys anywhere: open, as documented...

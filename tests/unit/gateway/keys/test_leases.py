@@ -32,37 +32,26 @@ def test_only_limits_whose_window_holds_enough_intervals_are_leased() -> None:
     assert not leasable(Check("budget", "spent", 1.0, "cost", 1))
 
 
-def test_a_lease_serves_many_requests_with_few_calls() -> None:
-    async def run() -> tuple[list[bool | Refusal | None], list[int]]:
-        call = Counter(granted=1_000_000)
-        leases = RateLeases(call)
-        taken = []
-        for _ in range(200):
-            taken.append(await leases.take(BIG))
-            await asyncio.sleep(0)  # a background renewal gets its turn
-        await leases.aclose()
-        return taken, call.calls
-
-    taken, calls = asyncio.run(run())
+async def test_a_lease_serves_many_requests_with_few_calls() -> None:
+    call = Counter(granted=1_000_000)
+    leases = RateLeases(call)
+    taken = []
+    for _ in range(200):
+        taken.append(await leases.take(BIG))
+        await asyncio.sleep(0)  # a background renewal gets its turn
+    await leases.aclose()
     assert all(t is True for t in taken)
-    assert len(calls) < 20, calls
+    assert len(call.calls) < 20, call.calls
 
 
-def test_a_refused_lease_refuses_until_its_wait_is_over() -> None:
-    async def run() -> tuple[bool | Refusal | None, bool | Refusal | None, int]:
-        call = Counter(granted=0, wait_us=5_000_000)
-        leases = RateLeases(call)
-        first, second = await leases.take(BIG), await leases.take(BIG)
-        return first, second, len(call.calls)
-
-    first, second, calls = asyncio.run(run())
-    assert isinstance(first, Refusal) and isinstance(second, Refusal) and calls == 1
+async def test_a_refused_lease_refuses_until_its_wait_is_over() -> None:
+    call = Counter(granted=0, wait_us=5_000_000)
+    leases = RateLeases(call)
+    first, second = await leases.take(BIG), await leases.take(BIG)
+    assert isinstance(first, Refusal) and isinstance(second, Refusal) and len(call.calls) == 1
     assert 4.9 < second.wait_seconds <= 5.0
 
 
-def test_a_failed_lease_leaves_the_request_to_the_exact_check() -> None:
-    async def run() -> bool | Refusal | None:
-        leases = RateLeases(Counter(granted=10, fails=True))
-        return await leases.take(BIG)
-
-    assert asyncio.run(run()) is None
+async def test_a_failed_lease_leaves_the_request_to_the_exact_check() -> None:
+    leases = RateLeases(Counter(granted=10, fails=True))
+    assert await leases.take(BIG) is None

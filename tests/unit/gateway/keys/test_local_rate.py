@@ -4,8 +4,6 @@ it would pass, admits one more every 60/N s, and refills to N, never more, while
 
 from __future__ import annotations
 
-import asyncio
-
 from gateway.keys.checks import Check, Refusal
 from gateway.keys.limiter import LocalKeyLimiter
 
@@ -30,50 +28,38 @@ async def take(limiter: LocalKeyLimiter, check: Check, times: int) -> list[Refus
     return [await limiter.admit([check]) for _ in range(times)]
 
 
-def test_n_back_to_back_then_the_next_waits_60_over_n_seconds() -> None:
-    async def run() -> None:
-        clock = Clock()
-        limiter = LocalKeyLimiter(clock)
-        assert await take(limiter, RATE, RPM + 1) == [None] * RPM + [Refusal(RATE, 12.0)]
-        clock.advance(11.999)
-        assert await limiter.admit([RATE]) == Refusal(RATE, 0.001)  # the wait is the time left, not a full interval
-        clock.advance(0.001)
-        assert await take(limiter, RATE, 2) == [None, Refusal(RATE, 12.0)]  # one more, then the next interval
-
-    asyncio.run(run())
+async def test_n_back_to_back_then_the_next_waits_60_over_n_seconds() -> None:
+    clock = Clock()
+    limiter = LocalKeyLimiter(clock)
+    assert await take(limiter, RATE, RPM + 1) == [None] * RPM + [Refusal(RATE, 12.0)]
+    clock.advance(11.999)
+    assert await limiter.admit([RATE]) == Refusal(RATE, 0.001)  # the wait is the time left, not a full interval
+    clock.advance(0.001)
+    assert await take(limiter, RATE, 2) == [None, Refusal(RATE, 12.0)]  # one more, then the next interval
 
 
-def test_idle_time_refills_the_burst_up_to_n() -> None:
-    async def run() -> None:
-        clock = Clock()
-        limiter = LocalKeyLimiter(clock)
-        await take(limiter, RATE, RPM)
-        clock.advance(24)  # two intervals: two requests
-        assert await take(limiter, RATE, 3) == [None, None, Refusal(RATE, 12.0)]
-        clock.advance(600)  # ten minutes idle: still N, not more
-        assert await take(limiter, RATE, RPM + 1) == [None] * RPM + [Refusal(RATE, 12.0)]
-
-    asyncio.run(run())
+async def test_idle_time_refills_the_burst_up_to_n() -> None:
+    clock = Clock()
+    limiter = LocalKeyLimiter(clock)
+    await take(limiter, RATE, RPM)
+    clock.advance(24)  # two intervals: two requests
+    assert await take(limiter, RATE, 3) == [None, None, Refusal(RATE, 12.0)]
+    clock.advance(600)  # ten minutes idle: still N, not more
+    assert await take(limiter, RATE, RPM + 1) == [None] * RPM + [Refusal(RATE, 12.0)]
 
 
-def test_a_refused_request_takes_nothing_from_the_rate() -> None:
-    async def run() -> None:
-        clock = Clock()
-        limiter = LocalKeyLimiter(clock)
-        full = Check("count", "videos", 0, 1, 1000)  # a limit already reached: the request is refused
-        assert await limiter.admit([RATE, full]) == Refusal(full, 1.0)
-        assert await take(limiter, RATE, RPM + 1) == [None] * RPM + [Refusal(RATE, 12.0)]
-
-    asyncio.run(run())
+async def test_a_refused_request_takes_nothing_from_the_rate() -> None:
+    clock = Clock()
+    limiter = LocalKeyLimiter(clock)
+    full = Check("count", "videos", 0, 1, 1000)  # a limit already reached: the request is refused
+    assert await limiter.admit([RATE, full]) == Refusal(full, 1.0)
+    assert await take(limiter, RATE, RPM + 1) == [None] * RPM + [Refusal(RATE, 12.0)]
 
 
-def test_a_rate_check_without_a_burst_spaces_requests_evenly() -> None:
-    async def run() -> None:
-        clock = Clock()
-        limiter = LocalKeyLimiter(clock)
-        even = Check("rate", "even", 12_000_000)
-        assert await take(limiter, even, 2) == [None, Refusal(even, 12.0)]
-        clock.advance(12)
-        assert await take(limiter, even, 2) == [None, Refusal(even, 12.0)]
-
-    asyncio.run(run())
+async def test_a_rate_check_without_a_burst_spaces_requests_evenly() -> None:
+    clock = Clock()
+    limiter = LocalKeyLimiter(clock)
+    even = Check("rate", "even", 12_000_000)
+    assert await take(limiter, even, 2) == [None, Refusal(even, 12.0)]
+    clock.advance(12)
+    assert await take(limiter, even, 2) == [None, Refusal(even, 12.0)]

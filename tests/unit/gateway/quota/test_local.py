@@ -1,7 +1,6 @@
 """`LocalQuotaLimiter`: rate, concurrency and token limits; waiting, refusing without taking, releasing on every exit.
 
-Each scenario runs in its own event loop (`asyncio.run`) on the real clock, with rates high enough
-that the whole module takes a few seconds.
+Each test runs on the real clock, with rates high enough that the whole module takes a few seconds.
 """
 
 from __future__ import annotations
@@ -9,20 +8,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
 from gateway.errors import OverloadedError
 from gateway.quota import LocalQuotaLimiter, QuotaConfig, build_limiter
-
-T = TypeVar("T")
-
-
-def run(scenario: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(scenario)
+from tests.helpers.conditions import until
 
 
 def make_limiter(**fields: Any) -> LocalQuotaLimiter:
@@ -41,13 +34,21 @@ def max_in_window(times: list[float], width: float = 1.0) -> int:
     return best
 
 
+def quota_waits(reason: str) -> float:
+    """How many times a caller of the limiters named "test" started waiting for `reason`."""
+    return REGISTRY.get_sample_value("gateway_quota_waits_total", {"limiter": "test", "reason": reason}) or 0.0
+
+
 async def admitted_at(limiter: LocalQuotaLimiter, estimated_tokens: int = 0) -> float:
     async with limiter.slot(estimated_tokens) as slot:
         return slot.admitted_at
 
 
-async def hold(limiter: LocalQuotaLimiter, seconds: float) -> None:
+async def hold(limiter: LocalQuotaLimiter, seconds: float, holding: asyncio.Event | None = None) -> None:
+    """Hold a slot for `seconds`; `holding` is set once the slot is taken."""
     async with limiter.slot():
+        if holding is not None:
+            holding.set()
         await asyncio.sleep(seconds)
 
 
@@ -58,14 +59,10 @@ async def refusal(limiter: LocalQuotaLimiter, estimated_tokens: int = 0) -> Over
 
 
 @pytest.mark.parametrize("margin", [0.0, 0.05])
-def test_rate_spreads_a_burst_so_no_second_and_margin_holds_more_than_the_rate(margin: float) -> None:
+async def test_rate_spreads_a_burst_so_no_second_and_margin_holds_more_than_the_rate(margin: float) -> None:
     config = QuotaConfig(requests_per_second=50, max_concurrent=100, max_wait_seconds=5, rate_margin_seconds=margin)
-
-    async def scenario() -> list[float]:
-        limiter = LocalQuotaLimiter(config, name="test")
-        return await asyncio.gather(*(admitted_at(limiter) for _ in range(55)))
-
-    times = sorted(run(scenario()))
+    limiter = LocalQuotaLimiter(config, name="test")
+    times = sorted(await asyncio.gather(*(admitted_at(limiter) for _ in range(55))))
     assert min(later - earlier for earlier, later in itertools.pairwise(times)) >= config.interval_us / 1e6
     # At most 50 in any window of 1 s + margin; close to 50 in the busiest second (late wake-ups cost a few).
     assert max_in_window(times, 1 + margin) <= 50
@@ -73,7 +70,7 @@ def test_rate_spreads_a_burst_so_no_second_and_margin_holds_more_than_the_rate(m
     assert times[-1] - times[0] < 1.5  # 54 gaps of 0.02 to 0.021 s, plus late wake-ups
 
 
-def test_concurrency_never_exceeds_the_limit_and_a_release_wakes_the_next_waiter_at_once() -> None:
+async def test_concurrency_never_exceeds_the_limit_and_a_release_wakes_the_next_waiter_at_once() -> None:
     in_block, most = 0, 0
 
     async def call(limiter: LocalQuotaLimiter) -> float:
@@ -85,36 +82,27 @@ def test_concurrency_never_exceeds_the_limit_and_a_release_wakes_the_next_waiter
             in_block -= 1
             return slot.waited_seconds
 
-    async def scenario() -> list[float]:
-        limiter = make_limiter(requests_per_second=1000, max_concurrent=3, max_wait_seconds=5)
-        return await asyncio.gather(*(call(limiter) for _ in range(12)))
-
-    def concurrency_waits() -> float:
-        labels = {"limiter": "test", "reason": "concurrency"}
-        return REGISTRY.get_sample_value("gateway_quota_waits_total", labels) or 0.0
-
-    waits_before = concurrency_waits()
+    waits_before = quota_waits("concurrency")
     started = time.monotonic()
-    waits = run(scenario())
+    limiter = make_limiter(requests_per_second=1000, max_concurrent=3, max_wait_seconds=5)
+    waits = await asyncio.gather(*(call(limiter) for _ in range(12)))
     assert most == 3
-    assert concurrency_waits() - waits_before >= 3  # at least the head of each of the three later rounds
+    assert quota_waits("concurrency") - waits_before >= 3  # at least the head of each of the three later rounds
     assert time.monotonic() - started < 1  # four rounds of 0.05 s; without the wake-up the last would wait 5 s
     assert 0.15 <= max(waits) < 0.5
 
 
-def test_no_slot_within_the_wait_raises_overloaded_after_max_wait_and_takes_nothing() -> None:
-    async def scenario() -> tuple[OverloadedError, float, float]:
-        limiter = make_limiter(max_concurrent=1, max_wait_seconds=0.1)
-        holder = asyncio.create_task(hold(limiter, 0.2))
-        await asyncio.sleep(0)
-        started = time.monotonic()
-        error = await refusal(limiter)
-        waited = time.monotonic() - started
-        await holder
-        async with limiter.slot() as slot:
-            return error, waited, slot.waited_seconds
-
-    error, waited, next_wait = run(scenario())
+async def test_no_slot_within_the_wait_raises_overloaded_after_max_wait_and_takes_nothing() -> None:
+    limiter = make_limiter(max_concurrent=1, max_wait_seconds=0.1)
+    holding = asyncio.Event()
+    holder = asyncio.create_task(hold(limiter, 0.2, holding))
+    await holding.wait()
+    started = time.monotonic()
+    error = await refusal(limiter)
+    waited = time.monotonic() - started
+    await holder
+    async with limiter.slot() as slot:
+        next_wait = slot.waited_seconds
     assert error.status_code == 429
     assert error.headers == {"Retry-After": "1"}
     assert "all 1 concurrent calls busy" in error.message
@@ -122,118 +110,96 @@ def test_no_slot_within_the_wait_raises_overloaded_after_max_wait_and_takes_noth
     assert next_wait < 0.05
 
 
-def test_a_rate_wait_beyond_max_wait_fails_at_once_and_does_not_push_back_the_next_slot() -> None:
-    async def scenario() -> tuple[OverloadedError, float, float]:
-        limiter = make_limiter(requests_per_second=2, max_wait_seconds=0.1)
-        await admitted_at(limiter)
-        started = time.monotonic()
-        error = await refusal(limiter)
-        refused_after = time.monotonic() - started
-        await asyncio.sleep(0.55)  # one interval: (1 s + 0.05 s margin) / 2
-        async with limiter.slot() as slot:
-            return error, refused_after, slot.waited_seconds
-
-    error, refused_after, next_wait = run(scenario())
+async def test_a_rate_wait_beyond_max_wait_fails_at_once_and_does_not_push_back_the_next_slot() -> None:
+    limiter = make_limiter(requests_per_second=2, max_wait_seconds=0.1)
+    await admitted_at(limiter)
+    started = time.monotonic()
+    error = await refusal(limiter)
+    refused_after = time.monotonic() - started
+    await asyncio.sleep(0.55)  # one interval: (1 s + 0.05 s margin) / 2
+    async with limiter.slot() as slot:
+        next_wait = slot.waited_seconds
     assert refused_after < 0.05
     assert error.headers == {"Retry-After": "1"}
     assert "2 requests/s in use" in error.message
     assert next_wait < 0.05
 
 
-def test_queued_callers_are_refused_when_their_own_wait_runs_out() -> None:
-    async def scenario() -> list[BaseException | float]:
-        limiter = make_limiter(max_concurrent=1, max_wait_seconds=0.1)
-        holder = asyncio.create_task(hold(limiter, 0.3))
-        await asyncio.sleep(0)
-        started = time.monotonic()
-        outcomes = await asyncio.gather(*(admitted_at(limiter) for _ in range(5)), return_exceptions=True)
-        elapsed = time.monotonic() - started
-        await holder
-        return [*outcomes, elapsed]
-
-    *outcomes, elapsed = run(scenario())
+async def test_queued_callers_are_refused_when_their_own_wait_runs_out() -> None:
+    limiter = make_limiter(max_concurrent=1, max_wait_seconds=0.1)
+    holding = asyncio.Event()
+    holder = asyncio.create_task(hold(limiter, 0.3, holding))
+    await holding.wait()
+    started = time.monotonic()
+    outcomes = await asyncio.gather(*(admitted_at(limiter) for _ in range(5)), return_exceptions=True)
+    elapsed = time.monotonic() - started
+    await holder
     assert all(isinstance(outcome, OverloadedError) for outcome in outcomes)
-    assert isinstance(elapsed, float) and 0.1 <= elapsed < 0.25
+    assert 0.1 <= elapsed < 0.25
 
 
-def test_tokens_are_taken_on_entry_and_a_refused_estimate_takes_none() -> None:
-    async def scenario() -> tuple[OverloadedError, float]:
-        limiter = make_limiter(tokens_per_minute=600, max_wait_seconds=0.5)  # 10 tokens per second
-        await admitted_at(limiter, 500)
-        error = await refusal(limiter, 200)  # 100 left: 100 more take 10 s
-        async with limiter.slot(90) as slot:
-            return error, slot.waited_seconds
-
-    error, fitting_wait = run(scenario())
+async def test_tokens_are_taken_on_entry_and_a_refused_estimate_takes_none() -> None:
+    limiter = make_limiter(tokens_per_minute=600, max_wait_seconds=0.5)  # 10 tokens per second
+    await admitted_at(limiter, 500)
+    error = await refusal(limiter, 200)  # 100 left: 100 more take 10 s
+    async with limiter.slot(90) as slot:
+        fitting_wait = slot.waited_seconds
     assert error.headers == {"Retry-After": "10"}
     assert "200 tokens needed, 600 tokens/minute in use" in error.message
     assert fitting_wait < 0.05
 
 
-def test_a_caller_waits_for_the_tokens_it_estimated() -> None:
-    async def scenario() -> float:
-        limiter = make_limiter(tokens_per_minute=6000, max_wait_seconds=1)  # 100 tokens per second
-        await admitted_at(limiter, 6000)
-        async with limiter.slot(20) as slot:
-            return slot.waited_seconds
-
-    assert 0.19 <= run(scenario()) < 0.4
+async def test_a_caller_waits_for_the_tokens_it_estimated() -> None:
+    limiter = make_limiter(tokens_per_minute=6000, max_wait_seconds=1)  # 100 tokens per second
+    await admitted_at(limiter, 6000)
+    async with limiter.slot(20) as slot:
+        assert 0.19 <= slot.waited_seconds < 0.4
 
 
-def test_settle_gives_back_an_overestimate_and_charges_an_underestimate() -> None:
-    async def scenario() -> tuple[float, OverloadedError]:
-        limiter = make_limiter(tokens_per_minute=600, max_wait_seconds=0.5)
-        async with limiter.slot(500) as slot:
-            slot.settle(100)
-        async with limiter.slot(500) as slot:  # 400 were given back
-            waited = slot.waited_seconds
-            slot.settle(600)  # 100 more than reserved, with the budget used up: the balance goes to -100
-        return waited, await refusal(limiter, 0)
-
-    waited, error = run(scenario())
+async def test_settle_gives_back_an_overestimate_and_charges_an_underestimate() -> None:
+    limiter = make_limiter(tokens_per_minute=600, max_wait_seconds=0.5)
+    async with limiter.slot(500) as slot:
+        slot.settle(100)
+    async with limiter.slot(500) as slot:  # 400 were given back
+        waited = slot.waited_seconds
+        slot.settle(600)  # 100 more than reserved, with the budget used up: the balance goes to -100
+    error = await refusal(limiter, 0)
     assert waited < 0.05
     assert error.headers == {"Retry-After": "10"}
 
 
-def test_an_estimate_above_one_minute_of_budget_takes_the_whole_budget() -> None:
-    async def scenario() -> tuple[int, OverloadedError]:
-        limiter = make_limiter(tokens_per_minute=600, max_wait_seconds=0.5)
-        async with limiter.slot(10_000) as slot:
-            reserved = slot.reserved_tokens
-        return reserved, await refusal(limiter, 10)
-
-    reserved, error = run(scenario())
+async def test_an_estimate_above_one_minute_of_budget_takes_the_whole_budget() -> None:
+    limiter = make_limiter(tokens_per_minute=600, max_wait_seconds=0.5)
+    async with limiter.slot(10_000) as slot:
+        reserved = slot.reserved_tokens
+    error = await refusal(limiter, 10)
     assert reserved == 600
     assert "10 tokens needed" in error.message
 
 
-def test_the_slot_is_released_when_the_block_raises() -> None:
-    async def scenario() -> float:
-        limiter = make_limiter(max_concurrent=1, max_wait_seconds=0.05)
-        with pytest.raises(RuntimeError, match="upstream broke"):
-            async with limiter.slot():
-                raise RuntimeError("upstream broke")
-        async with limiter.slot() as slot:
-            return slot.waited_seconds
-
-    assert run(scenario()) < 0.05
+async def test_the_slot_is_released_when_the_block_raises() -> None:
+    limiter = make_limiter(max_concurrent=1, max_wait_seconds=0.05)
+    with pytest.raises(RuntimeError, match="upstream broke"):
+        async with limiter.slot():
+            raise RuntimeError("upstream broke")
+    async with limiter.slot() as slot:
+        assert slot.waited_seconds < 0.05
 
 
-def test_the_slot_is_released_when_the_holder_or_a_waiter_is_cancelled() -> None:
-    async def scenario() -> float:
-        limiter = make_limiter(max_concurrent=1, max_wait_seconds=5)
-        holder = asyncio.create_task(hold(limiter, 10))
-        await asyncio.sleep(0.01)
-        waiter = asyncio.create_task(admitted_at(limiter))
-        await asyncio.sleep(0.01)
-        for task in (waiter, holder):
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        async with limiter.slot() as slot:
-            return slot.waited_seconds
-
-    assert run(scenario()) < 0.05
+async def test_the_slot_is_released_when_the_holder_or_a_waiter_is_cancelled() -> None:
+    limiter = make_limiter(max_concurrent=1, max_wait_seconds=5)
+    holding = asyncio.Event()
+    holder = asyncio.create_task(hold(limiter, 10, holding))
+    await holding.wait()
+    waits = quota_waits("concurrency")
+    waiter = asyncio.create_task(admitted_at(limiter))
+    await until(lambda: quota_waits("concurrency") > waits, what="the waiter queued behind the holder")
+    for task in (waiter, holder):
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    async with limiter.slot() as slot:
+        assert slot.waited_seconds < 0.05
 
 
 @pytest.mark.parametrize(
@@ -252,61 +218,47 @@ def test_config_rejects_values_that_could_never_admit_a_call(fields: dict[str, A
         QuotaConfig(**fields)
 
 
-def test_negative_token_counts_are_rejected() -> None:
-    async def scenario() -> None:
-        limiter = make_limiter()
-        with pytest.raises(ValueError, match="estimated_tokens"):
-            await admitted_at(limiter, -1)
-        async with limiter.slot() as slot:
-            with pytest.raises(ValueError, match="actual_tokens"):
-                slot.settle(-1)
-
-    run(scenario())
+async def test_negative_token_counts_are_rejected() -> None:
+    limiter = make_limiter()
+    with pytest.raises(ValueError, match="estimated_tokens"):
+        await admitted_at(limiter, -1)
+    async with limiter.slot() as slot:
+        with pytest.raises(ValueError, match="actual_tokens"):
+            slot.settle(-1)
 
 
-def test_build_limiter_without_redis_is_local() -> None:
+async def test_build_limiter_without_redis_is_local() -> None:
     limiter = build_limiter(QuotaConfig(), None, name="hunyuan")
     assert isinstance(limiter, LocalQuotaLimiter)
     assert limiter.name == "hunyuan"
-    run(limiter.aclose())
+    await limiter.aclose()
 
 
-def test_pace_spaces_further_attempts_of_a_held_slot_by_the_rate_and_refuses_past_the_wait() -> None:
+async def test_pace_spaces_further_attempts_of_a_held_slot_by_the_rate_and_refuses_past_the_wait() -> None:
     config = QuotaConfig(requests_per_second=20, max_concurrent=1, max_wait_seconds=0.5, rate_margin_seconds=0)
-
-    async def scenario() -> list[float]:
-        limiter = LocalQuotaLimiter(config, name="test")
-        async with limiter.slot() as slot:
-            times = [slot.admitted_at]
-            for _ in range(3):
-                await slot.pace()  # a retry inside the slot: one more arrival at the upstream
-                times.append(time.monotonic())
-        return times
-
-    times = run(scenario())
+    limiter = LocalQuotaLimiter(config, name="test")
+    async with limiter.slot() as slot:
+        times = [slot.admitted_at]
+        for _ in range(3):
+            await slot.pace()  # a retry inside the slot: one more arrival at the upstream
+            times.append(time.monotonic())
     assert min(later - earlier for earlier, later in itertools.pairwise(times)) >= config.interval_us / 1e6 - 0.002
 
-    async def too_far() -> None:
-        limiter = LocalQuotaLimiter(QuotaConfig(requests_per_second=1, max_wait_seconds=0.1), name="test")
-        async with limiter.slot() as slot:
+    slow = LocalQuotaLimiter(QuotaConfig(requests_per_second=1, max_wait_seconds=0.1), name="test")
+    with pytest.raises(OverloadedError, match="requests/s in use"):
+        async with slow.slot() as slot:
             await slot.pace()  # the next arrival is 1 s away, more than the 0.1 s a caller may wait
 
-    with pytest.raises(OverloadedError, match="requests/s in use"):
-        run(too_far())
 
-
-def test_pace_does_not_queue_behind_a_caller_waiting_for_the_slot_it_holds() -> None:
+async def test_pace_does_not_queue_behind_a_caller_waiting_for_the_slot_it_holds() -> None:
     config = QuotaConfig(requests_per_second=1000, max_concurrent=1, max_wait_seconds=2)
-
-    async def scenario() -> tuple[float, float]:
-        limiter = LocalQuotaLimiter(config, name="test")
-        async with limiter.slot() as slot:
-            waiter = asyncio.create_task(admitted_at(limiter))  # heads the queue, waiting for this slot
-            await asyncio.sleep(0.05)
-            started = time.monotonic()
-            await slot.pace()
-            paced = time.monotonic() - started
-        return paced, await waiter
-
-    paced, _ = run(scenario())
+    limiter = LocalQuotaLimiter(config, name="test")
+    async with limiter.slot() as slot:
+        waits = quota_waits("concurrency")
+        waiter = asyncio.create_task(admitted_at(limiter))  # heads the queue, waiting for this slot
+        await until(lambda: quota_waits("concurrency") > waits, what="the waiter queued for the slot")
+        started = time.monotonic()
+        await slot.pace()
+        paced = time.monotonic() - started
+    await waiter
     assert paced < 0.1  # not the waiter's 2 s

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,12 +65,8 @@ def service(
     )
 
 
-def listed(models: ModelsService) -> list[ListedModel]:
-    return asyncio.run(models.list_models())
-
-
-def test_lists_the_embedding_model_the_upstreams_chat_models_and_the_video_model() -> None:
-    assert listed(service()) == [
+async def test_lists_the_embedding_model_the_upstreams_chat_models_and_the_video_model() -> None:
+    assert await service().list_models() == [
         ListedModel("bge", "ai-gateway"),
         ListedModel(CHECKPOINT, "BAAI"),
         ListedModel("hy3-preview", "tencent", 1767225600),
@@ -90,30 +85,25 @@ def test_lists_the_embedding_model_the_upstreams_chat_models_and_the_video_model
     ],
     ids=["failing", "no-key", "empty"],
 )
-def test_an_upstream_that_cannot_list_gives_the_configured_chat_models(chat: FakeChat) -> None:
-    ids = [model.id for model in listed(service(chat))]
+async def test_an_upstream_that_cannot_list_gives_the_configured_chat_models(chat: FakeChat) -> None:
+    ids = [model.id for model in await service(chat).list_models()]
     assert ids == ["bge", CHECKPOINT, "hy3-preview", "hy-fallback", VIDEO]
 
 
-def test_without_a_chat_upstream_the_configured_models_are_listed() -> None:
+async def test_without_a_chat_upstream_the_configured_models_are_listed() -> None:
     models = ModelsService(FakeTriton(), None, configured_chat_models=["hy3-preview"], video_model=None)
-    assert [model.id for model in listed(models)] == ["bge", CHECKPOINT, "hy3-preview"]
+    assert [model.id for model in await models.list_models()] == ["bge", CHECKPOINT, "hy3-preview"]
 
 
-def test_the_chat_list_is_kept_for_60_seconds() -> None:
+async def test_the_chat_list_is_kept_for_60_seconds() -> None:
     chat, clock = FakeChat(), Clock()
     models = service(chat, clock=clock)
-
-    async def scenario() -> list[list[str]]:
-        seen = [[m.id for m in await models.chat_models()]]
-        chat.models = [{"id": "hy4"}]
-        clock.now += CHAT_LIST_TTL_SECONDS - 0.5
-        seen.append([m.id for m in await models.chat_models()])
-        clock.now += 1.0
-        seen.append([m.id for m in await models.chat_models()])
-        return seen
-
-    first, cached, refreshed = asyncio.run(scenario())
+    first = [m.id for m in await models.chat_models()]
+    chat.models = [{"id": "hy4"}]
+    clock.now += CHAT_LIST_TTL_SECONDS - 0.5
+    cached = [m.id for m in await models.chat_models()]
+    clock.now += 1.0
+    refreshed = [m.id for m in await models.chat_models()]
     assert first == ["hy3-preview", "deepseek-v4-flash", "hy-mt2-pro"]
     assert cached == first
     assert refreshed == ["hy4"]
@@ -121,36 +111,28 @@ def test_the_chat_list_is_kept_for_60_seconds() -> None:
     assert CHAT_LIST_TTL_SECONDS == 60.0
 
 
-def test_a_failed_listing_is_also_kept_then_the_upstream_is_asked_again() -> None:
+async def test_a_failed_listing_is_also_kept_then_the_upstream_is_asked_again() -> None:
     chat, clock = FakeChat(error=ChatUnavailableError("chat upstream unreachable")), Clock()
     models = service(chat, clock=clock)
-
-    async def scenario() -> tuple[list[str], list[str]]:
-        degraded = [m.id for m in await models.chat_models()]
-        await models.chat_models()
-        chat.error = None
-        clock.now += CHAT_LIST_TTL_SECONDS
-        return degraded, [m.id for m in await models.chat_models()]
-
-    degraded, recovered = asyncio.run(scenario())
+    degraded = [m.id for m in await models.chat_models()]
+    await models.chat_models()
+    chat.error = None
+    clock.now += CHAT_LIST_TTL_SECONDS
+    recovered = [m.id for m in await models.chat_models()]
     assert degraded == ["hy3-preview", "hy-fallback"]
     assert recovered == ["hy3-preview", "deepseek-v4-flash", "hy-mt2-pro"]
     assert chat.calls == 2
 
 
-def test_triton_down_lists_the_alias_then_the_last_checkpoint_seen() -> None:
+async def test_triton_down_lists_the_alias_then_the_last_checkpoint_seen() -> None:
     triton = FakeTriton(down=True)
     models = service(triton=triton)
-
-    async def scenario() -> list[list[str]]:
-        seen = [[m.id for m in await models.embedding_models()]]
-        triton.down = False
-        seen.append([m.id for m in await models.embedding_models()])
-        triton.down = True
-        seen.append([m.id for m in await models.embedding_models()])
-        return seen
-
-    assert asyncio.run(scenario()) == [["bge"], ["bge", CHECKPOINT], ["bge", CHECKPOINT]]
+    seen = [[m.id for m in await models.embedding_models()]]
+    triton.down = False
+    seen.append([m.id for m in await models.embedding_models()])
+    triton.down = True
+    seen.append([m.id for m in await models.embedding_models()])
+    assert seen == [["bge"], ["bge", CHECKPOINT], ["bge", CHECKPOINT]]
 
 
 def test_configured_models_are_hunyuan_models_then_the_fallbacks_named() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -97,60 +96,48 @@ def calls_counted(host: str) -> float:
     return REGISTRY.get_sample_value("gateway_chat_upstream_calls_total", {"model": "m", "host": host}) or 0.0
 
 
-def test_a_refused_or_5xx_primary_falls_over_to_the_backup_within_one_attempt_and_the_metric_names_it() -> None:
-    async def scenario() -> None:
-        refused = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-        async with server(503) as (failing, failing_calls), server() as (backup, backup_calls):
-            before = calls_counted(host_name(backup))
-            async with ChatClient(settings(refused, failing, backup, max_retries=0)) as client:
-                assert await client.complete({"model": "m", "messages": []}) == COMPLETION
-                assert failing_calls == [1] and backup_calls == [1]
-                assert calls_counted(host_name(backup)) == before + 1 and calls_counted(host_name(failing)) == 0
-                await client.complete({"model": "m", "messages": []})  # the second failure opens both breakers
-                assert failing_calls == [1, 1]
+async def test_a_refused_or_5xx_primary_falls_over_to_the_backup_within_one_attempt_and_the_metric_names_it() -> None:
+    refused = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    async with server(503) as (failing, failing_calls), server() as (backup, backup_calls):
+        before = calls_counted(host_name(backup))
+        async with ChatClient(settings(refused, failing, backup, max_retries=0)) as client:
+            assert await client.complete({"model": "m", "messages": []}) == COMPLETION
+            assert failing_calls == [1] and backup_calls == [1]
+            assert calls_counted(host_name(backup)) == before + 1 and calls_counted(host_name(failing)) == 0
+            await client.complete({"model": "m", "messages": []})  # the second failure opens both breakers
+            assert failing_calls == [1, 1]
+            await client.complete({"model": "m", "messages": []})
+            assert failing_calls == [1, 1] and backup_calls == [1, 1, 1]  # open hosts are not asked
+
+
+async def test_when_every_host_fails_the_attempt_is_retried_and_then_every_breaker_open_fails_fast() -> None:
+    async with (
+        server(500) as (first, first_calls),
+        server(502) as (second, second_calls),
+        ChatClient(settings(first, second, max_retries=1)) as client,
+    ):
+        with pytest.raises(UpstreamUnavailableError):  # the last host's 502
+            await client.complete({"model": "m", "messages": []})
+        assert first_calls == [1, 1] and second_calls == [1, 1]  # two attempts over both hosts
+        with pytest.raises(UpstreamUnavailableError, match="every chat upstream host is failing") as fast:
+            await client.complete({"model": "m", "messages": []})
+        assert fast.value.headers["Retry-After"] == "10" and len(first_calls) == 2
+
+
+async def test_a_429_is_the_accounts_and_does_not_move_to_the_next_host() -> None:
+    async with (
+        server(429) as (limited, limited_calls),
+        server() as (backup, backup_calls),
+        ChatClient(settings(limited, backup, max_retries=0)) as client,
+    ):
+        with pytest.raises(Exception, match="quota exceeded"):
+            await client.complete({"model": "m", "messages": []})
+    assert limited_calls == [1] and backup_calls == []
+
+
+async def test_a_single_host_is_never_skipped_its_models_breakers_fail_fast_instead() -> None:
+    async with server(500) as (only, calls), ChatClient(settings(only, max_retries=0)) as client:
+        for _ in range(3):
+            with pytest.raises(UpstreamError, match="500"):
                 await client.complete({"model": "m", "messages": []})
-                assert failing_calls == [1, 1] and backup_calls == [1, 1, 1]  # open hosts are not asked
-
-    asyncio.run(scenario())
-
-
-def test_when_every_host_fails_the_attempt_is_retried_and_then_every_breaker_open_fails_fast() -> None:
-    async def scenario() -> None:
-        async with (
-            server(500) as (first, first_calls),
-            server(502) as (second, second_calls),
-            ChatClient(settings(first, second, max_retries=1)) as client,
-        ):
-            with pytest.raises(UpstreamUnavailableError):  # the last host's 502
-                await client.complete({"model": "m", "messages": []})
-            assert first_calls == [1, 1] and second_calls == [1, 1]  # two attempts over both hosts
-            with pytest.raises(UpstreamUnavailableError, match="every chat upstream host is failing") as fast:
-                await client.complete({"model": "m", "messages": []})
-            assert fast.value.headers["Retry-After"] == "10" and len(first_calls) == 2
-
-    asyncio.run(scenario())
-
-
-def test_a_429_is_the_accounts_and_does_not_move_to_the_next_host() -> None:
-    async def scenario() -> None:
-        async with (
-            server(429) as (limited, limited_calls),
-            server() as (backup, backup_calls),
-            ChatClient(settings(limited, backup, max_retries=0)) as client,
-        ):
-            with pytest.raises(Exception, match="quota exceeded"):
-                await client.complete({"model": "m", "messages": []})
-        assert limited_calls == [1] and backup_calls == []
-
-    asyncio.run(scenario())
-
-
-def test_a_single_host_is_never_skipped_its_models_breakers_fail_fast_instead() -> None:
-    async def scenario() -> None:
-        async with server(500) as (only, calls), ChatClient(settings(only, max_retries=0)) as client:
-            for _ in range(3):
-                with pytest.raises(UpstreamError, match="500"):
-                    await client.complete({"model": "m", "messages": []})
-        assert calls == [1, 1, 1]
-
-    asyncio.run(scenario())
+    assert calls == [1, 1, 1]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 from typing import Any
@@ -19,7 +18,7 @@ KEY = "hy-secret-key-5678"
 ENTRIES = [{"id": "hy3-preview", "object": "model", "created": 1, "owned_by": "tencent"}]
 
 
-def _models_against(status: int, body: Any) -> tuple[list[dict[str, Any]] | GatewayError, list[str]]:
+async def _models_against(status: int, body: Any) -> tuple[list[dict[str, Any]] | GatewayError, list[str]]:
     """What `models()` returns (or raises) when the upstream answers `status` with `body`, and the
     Authorization headers the upstream saw."""
     seen: list[str] = []
@@ -29,28 +28,25 @@ def _models_against(status: int, body: Any) -> tuple[list[dict[str, Any]] | Gate
         text = body if isinstance(body, str) else json.dumps(body)
         return web.Response(status=status, text=text, content_type="application/json")
 
-    async def main() -> list[dict[str, Any]] | GatewayError:
-        app = web.Application()
-        app.router.add_get("/v1/models", answer)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.SockSite(runner, socket.create_server(("127.0.0.1", 0)))
-        await site.start()
-        port = int(runner.addresses[0][1])
-        settings = ChatSettings(base_url=f"http://127.0.0.1:{port}/v1/", api_key=SecretStr(KEY))
-        try:
-            async with ChatClient(settings) as client:
-                return await client.models()
-        except GatewayError as raised:
-            return raised
-        finally:
-            await runner.cleanup()
-
-    return asyncio.run(main()), seen
+    app = web.Application()
+    app.router.add_get("/v1/models", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.SockSite(runner, socket.create_server(("127.0.0.1", 0)))
+    await site.start()
+    port = int(runner.addresses[0][1])
+    settings = ChatSettings(base_url=f"http://127.0.0.1:{port}/v1/", api_key=SecretStr(KEY))
+    try:
+        async with ChatClient(settings) as client:
+            return await client.models(), seen
+    except GatewayError as raised:
+        return raised, seen
+    finally:
+        await runner.cleanup()
 
 
-def test_lists_the_upstreams_entries_with_the_key() -> None:
-    listed, seen = _models_against(200, {"object": "list", "data": [*ENTRIES, {"object": "model"}, "junk"]})
+async def test_lists_the_upstreams_entries_with_the_key() -> None:
+    listed, seen = await _models_against(200, {"object": "list", "data": [*ENTRIES, {"object": "model"}, "junk"]})
     assert listed == ENTRIES  # entries without an id are dropped
     assert seen == [f"Bearer {KEY}"]
 
@@ -65,30 +61,23 @@ def test_lists_the_upstreams_entries_with_the_key() -> None:
     ],
     ids=["rejected-key", "unavailable", "not-json", "no-data"],
 )
-def test_failures_are_upstream_errors_without_the_key(status: int, body: Any, error: type[UpstreamError]) -> None:
-    raised, seen = _models_against(status, body)
+async def test_failures_are_upstream_errors_without_the_key(status: int, body: Any, error: type[UpstreamError]) -> None:
+    raised, seen = await _models_against(status, body)
     assert isinstance(raised, error), raised
     assert KEY not in str(raised)
     assert len(seen) == 1  # one attempt: a listing is not retried
 
 
-def test_an_unreachable_upstream_is_unavailable() -> None:
+async def test_an_unreachable_upstream_is_unavailable() -> None:
     with socket.create_server(("127.0.0.1", 0)) as reserved:
         port = reserved.getsockname()[1]
     settings = ChatSettings(base_url=f"http://127.0.0.1:{port}/v1", api_key=SecretStr(KEY))
-
-    async def main() -> None:
+    with pytest.raises(ChatUnavailableError):
         async with ChatClient(settings) as client:
             await client.models()
 
-    with pytest.raises(ChatUnavailableError):
-        asyncio.run(main())
 
-
-def test_without_a_key_it_is_not_configured() -> None:
-    async def main() -> None:
+async def test_without_a_key_it_is_not_configured() -> None:
+    with pytest.raises(ChatNotConfiguredError, match="CHAT_API_KEY"):
         async with ChatClient(ChatSettings(base_url="http://127.0.0.1:1/v1", api_key=None)) as client:
             await client.models()
-
-    with pytest.raises(ChatNotConfiguredError, match="CHAT_API_KEY"):
-        asyncio.run(main())

@@ -83,7 +83,7 @@ async def _fake_fal(handler: Handler, delay: float) -> tuple[web.AppRunner, int]
     return runner, int(runner.addresses[0][1])
 
 
-def _run(
+async def _call(
     handler: Handler,
     call: Callable[[FalQueueClient], Any],
     api_key: str | None = KEY,
@@ -93,21 +93,17 @@ def _run(
     port: int | None = None,
 ) -> Any:
     """`call` on a client whose every host is the fake queue (or `port`, when given)."""
-
-    async def main() -> Any:
-        runner, served = await _fake_fal(handler, delay)
-        try:
-            async with FalQueueClient(
-                BASE,
-                SecretStr(api_key) if api_key is not None else None,
-                read_timeout_seconds=read_timeout,
-                resolver=_ToPort(port or served),
-            ) as client:
-                return await call(client)
-        finally:
-            await runner.cleanup()
-
-    return asyncio.run(main())
+    runner, served = await _fake_fal(handler, delay)
+    try:
+        async with FalQueueClient(
+            BASE,
+            SecretStr(api_key) if api_key is not None else None,
+            read_timeout_seconds=read_timeout,
+            resolver=_ToPort(port or served),
+        ) as client:
+            return await call(client)
+    finally:
+        await runner.cleanup()
 
 
 def _closed_port() -> int:
@@ -115,7 +111,7 @@ def _closed_port() -> int:
         return int(server.getsockname()[1])
 
 
-def test_submit_posts_arguments_with_key_and_url_encoded_webhook() -> None:
+async def test_submit_posts_arguments_with_key_and_url_encoded_webhook() -> None:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -123,7 +119,7 @@ def test_submit_posts_arguments_with_key_and_url_encoded_webhook() -> None:
         return httpx.Response(200, json={**SUBMITTED, "queue_position": 3})
 
     hook = "https://gw.example/v1/webhooks/fal?job=a b&x=1"
-    submission = _run(handler, lambda c: c.submit({"prompt": "a cat"}, hook))
+    submission = await _call(handler, lambda c: c.submit({"prompt": "a cat"}, hook))
 
     assert submission == FalSubmission("req-1", f"{APP}/status", APP, f"{APP}/cancel")
     (request,) = seen
@@ -136,26 +132,26 @@ def test_submit_posts_arguments_with_key_and_url_encoded_webhook() -> None:
     assert "a%20b" in str(request.url) or "a+b" in str(request.url)
 
 
-def test_submit_without_webhook_sends_no_query() -> None:
+async def test_submit_without_webhook_sends_no_query() -> None:
     seen: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         return httpx.Response(200, json=SUBMITTED)
 
-    _run(handler, lambda c: c.submit({"prompt": "x"}, None))
+    await _call(handler, lambda c: c.submit({"prompt": "x"}, None))
     assert seen[0].url.query == b""
 
 
-def test_submit_answer_missing_urls_is_an_upstream_error() -> None:
+async def test_submit_answer_missing_urls_is_an_upstream_error() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={"request_id": "req-1"})
 
     with pytest.raises(VideoUpstreamError, match="status_url, response_url, cancel_url"):
-        _run(handler, lambda c: c.submit({}, None))
+        await _call(handler, lambda c: c.submit({}, None))
 
 
-def test_status_result_cancel_use_the_urls_fal_gave() -> None:
+async def test_status_result_cancel_use_the_urls_fal_gave() -> None:
     seen: list[tuple[str, str]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -177,7 +173,7 @@ def test_status_result_cancel_use_the_urls_fal_gave() -> None:
         cancelled = await client.cancel(submission.cancel_url)
         return by_submission, by_url, result, cancelled
 
-    by_submission, by_url, result, cancelled = _run(handler, flow)
+    by_submission, by_url, result, cancelled = await _call(handler, flow)
     assert by_submission == by_url == FalStatus("IN_QUEUE", 2)
     assert result == {"video": {"url": "https://v.fal.media/out.mp4"}}
     assert cancelled is True
@@ -200,94 +196,94 @@ def test_status_result_cancel_use_the_urls_fal_gave() -> None:
         ({"status": "IN_QUEUE", "queue_position": 0}, FalStatus("IN_QUEUE", 0)),
     ],
 )
-def test_status_states(payload: dict[str, Any], expected: FalStatus) -> None:
-    assert _run(lambda r: httpx.Response(200, json=payload), lambda c: c.status(f"{APP}/status")) == expected
+async def test_status_states(payload: dict[str, Any], expected: FalStatus) -> None:
+    assert await _call(lambda r: httpx.Response(200, json=payload), lambda c: c.status(f"{APP}/status")) == expected
 
 
-def test_unknown_status_is_an_upstream_error() -> None:
+async def test_unknown_status_is_an_upstream_error() -> None:
     with pytest.raises(VideoUpstreamError, match="'EXPLODED'"):
-        _run(lambda r: httpx.Response(200, json={"status": "EXPLODED"}), lambda c: c.status(f"{APP}/status"))
+        await _call(lambda r: httpx.Response(200, json={"status": "EXPLODED"}), lambda c: c.status(f"{APP}/status"))
 
 
-def test_cancel_of_completed_request_is_false() -> None:
+async def test_cancel_of_completed_request_is_false() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(400, json={"status": "ALREADY_COMPLETED"})
 
-    assert _run(handler, lambda c: c.cancel(f"{APP}/cancel")) is False
+    assert await _call(handler, lambda c: c.cancel(f"{APP}/cancel")) is False
 
 
-def test_cancel_other_400_is_an_invalid_request() -> None:
+async def test_cancel_other_400_is_an_invalid_request() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(400, json={"detail": "bad id"})
 
     with pytest.raises(InvalidRequestError, match="bad id"):
-        _run(handler, lambda c: c.cancel(f"{APP}/cancel"))
+        await _call(handler, lambda c: c.cancel(f"{APP}/cancel"))
 
 
 @pytest.mark.parametrize("status", [401, 403])
-def test_rejected_credentials_name_the_variable_never_the_key(status: int) -> None:
+async def test_rejected_credentials_name_the_variable_never_the_key(status: int) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, json={"detail": f"invalid key {KEY}"})
 
     with pytest.raises(VideoUpstreamError) as caught:
-        _run(handler, lambda c: c.submit({}, None))
+        await _call(handler, lambda c: c.submit({}, None))
     assert "VIDEO_API_KEY" in caught.value.message
     assert KEY not in str(caught.value)
     assert caught.value.status_code == 502
 
 
-def test_echoed_key_is_redacted_from_upstream_messages() -> None:
+async def test_echoed_key_is_redacted_from_upstream_messages() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(500, json={"detail": f"crash while using {KEY}"})
 
     with pytest.raises(VideoUpstreamError) as caught:
-        _run(handler, lambda c: c.result(APP))
+        await _call(handler, lambda c: c.result(APP))
     assert KEY not in str(caught.value)
     assert "***" in str(caught.value)
 
 
-def test_429_is_overloaded_with_retry_after() -> None:
+async def test_429_is_overloaded_with_retry_after() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(429, headers={"Retry-After": "7"}, json={"detail": "slow down"})
 
     with pytest.raises(OverloadedError) as caught:
-        _run(handler, lambda c: c.submit({}, None))
+        await _call(handler, lambda c: c.submit({}, None))
     assert caught.value.headers == {"Retry-After": "7"}
     assert caught.value.status_code == 429
 
 
-def test_missing_key_is_503_naming_the_variable_and_sends_nothing() -> None:
+async def test_missing_key_is_503_naming_the_variable_and_sends_nothing() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         raise AssertionError("no request may be sent without a key")
 
     with pytest.raises(VideoNotConfiguredError) as caught:
-        _run(handler, lambda c: c.submit({}, None), api_key=None)
+        await _call(handler, lambda c: c.submit({}, None), api_key=None)
     assert isinstance(caught.value, UpstreamUnavailableError)
     assert caught.value.status_code == 503
     assert "VIDEO_API_KEY" in caught.value.message
 
 
-def test_connection_error_is_unavailable() -> None:
+async def test_connection_error_is_unavailable() -> None:
     with pytest.raises(VideoUnavailableError) as caught:
-        _run(lambda r: httpx.Response(200, json=SUBMITTED), lambda c: c.submit({}, None), port=_closed_port())
+        await _call(lambda r: httpx.Response(200, json=SUBMITTED), lambda c: c.submit({}, None), port=_closed_port())
     assert caught.value.status_code == 503
     assert isinstance(caught.value.__cause__, aiohttp.ClientConnectionError)
     assert KEY not in caught.value.message
 
 
-def test_timeout_is_a_timeout_error() -> None:
+async def test_timeout_is_a_timeout_error() -> None:
     with pytest.raises(VideoTimeoutError) as caught:
         answer = httpx.Response(200, json={"status": "IN_PROGRESS"})
-        _run(lambda r: answer, lambda c: c.status(f"{APP}/status"), delay=1.0, read_timeout=0.2)
+        await _call(lambda r: answer, lambda c: c.status(f"{APP}/status"), delay=1.0, read_timeout=0.2)
     assert caught.value.status_code == 504
 
 
 @pytest.mark.parametrize("status", [502, 503, 504])
-def test_gateway_statuses_are_unavailable(status: int) -> None:
+async def test_gateway_statuses_are_unavailable(status: int) -> None:
     with pytest.raises(VideoUnavailableError):
-        _run(lambda r: httpx.Response(status, text="down"), lambda c: c.result(APP))
+        await _call(lambda r: httpx.Response(status, text="down"), lambda c: c.result(APP))
 
 
-def test_unreadable_result_is_an_upstream_error() -> None:
+async def test_unreadable_result_is_an_upstream_error() -> None:
     with pytest.raises(VideoUpstreamError, match="unreadable result"):
-        _run(lambda r: httpx.Response(200, text="<html>"), lambda c: c.result(APP))
+        await _call(lambda r: httpx.Response(200, text="<html>"), lambda c: c.result(APP))
