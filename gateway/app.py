@@ -47,7 +47,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 stack.push_async_callback(redis.aclose)  # the client closes once every user of it has closed
             services = await stack.enter_async_context(open_services(settings, keys, redis, embedder))
             state = app.state
-            state.gatekeeper, state.key_admin, state.usage, state.redis = keys.gatekeeper, keys.admin, keys.usage, redis
+            state.key_admin, state.usage, state.redis = keys.admin, keys.usage, redis
             state.embeddings, state.chat, state.video = services.embeddings, services.chat, services.video
             state.search, state.models = services.search, services.models
             state.grpc = grpc_server(settings, services, keys, in_flight, watchers)

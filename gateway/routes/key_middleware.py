@@ -53,8 +53,3 @@ def request_key(request: Request) -> ApiKey:
     """The key the request came with (ANONYMOUS while no keys are configured)."""
     key: ApiKey = getattr(request.state, "api_key", ANONYMOUS)
     return key
-
-
-def gatekeeper(request: Request) -> Gatekeeper:
-    keeper: Gatekeeper = request.app.state.gatekeeper
-    return keeper
