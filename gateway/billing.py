@@ -14,10 +14,9 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.keys.context import CURRENT_KEY
+from gateway.keys.context import CURRENT_KEY, current_key
 from gateway.keys.gatekeeper import Gatekeeper
 from gateway.keys.model import ApiKey
-from gateway.keys.resolver import ANONYMOUS
 from gateway.protocol.video import ImageGenerationRequest
 from gateway.search.store import VectorStore
 from gateway.services.chat import CacheResult, ChatService, estimate_tokens, usage_requested
@@ -27,14 +26,19 @@ from gateway.services.search_reindex import ReindexJobs
 from gateway.services.video import VideoService
 from gateway.settings import LimitSettings
 from gateway.tasks.model import Task
-from gateway.usage.call_cost import charge
+from gateway.usage.call_cost import CURRENT_COST, CallCost, charge
 from gateway.usage.metering import metered_stream
 from gateway.usage.record import Usage, chat_usage, video_usage
 from gateway.usage.recorder import UsageRecorder
 
 
-def current_key() -> ApiKey:
-    return CURRENT_KEY.get() or ANONYMOUS
+def bill_to(key: ApiKey) -> CallCost:
+    """Start billing the request being served (in its own task) to `key`; returns what its records will cost,
+    which the transport answers (REST's header, gRPC's trailer)."""
+    CURRENT_KEY.set(key)
+    cost = CallCost()
+    CURRENT_COST.set(cost)
+    return cost
 
 
 class BilledEmbeddings:

@@ -18,13 +18,12 @@ from typing import Any
 
 import grpc
 
+from gateway.billing import bill_to
 from gateway.errors import GatewayError, UpstreamTimeoutError
-from gateway.keys.context import CURRENT_KEY
 from gateway.keys.families import grpc_family
 from gateway.keys.gatekeeper import Gatekeeper
 from gateway.limits import InFlightLimit
 from gateway.metrics import GRPC_LATENCY
-from gateway.usage.call_cost import CURRENT_COST, CallCost
 
 logger = logging.getLogger(__name__)
 
@@ -149,9 +148,7 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
             family = grpc_family(method)
             key = self._gatekeeper.authenticate(_authorization(context), family)
             await self._gatekeeper.admit(key, family)
-            CURRENT_KEY.set(key)  # this call's task only: the servicer records usage with it
-            cost = CallCost()
-            CURRENT_COST.set(cost)  # ... and adds what that usage cost
+            cost = bill_to(key)  # this call's task only: the billed services record its usage with the key
             if permits is not None:
                 if not permits.acquire():
                     raise permits.overloaded()

@@ -1,21 +1,17 @@
 """The REST side of the keys (pure ASGI): every route but the probes and the signed webhooks needs a key with
-the route family's scope, inside its limits; the key is left in `request.state.api_key` and in `CURRENT_KEY` for
-the billed services, and what they record is answered as `X-Request-Cost` (gRPC's interceptor does the same)."""
+the route family's scope, inside its limits; the request is billed to the key (`billing.bill_to`), and what its
+records cost is answered as `X-Request-Cost` (gRPC's interceptor does the same)."""
 
 from __future__ import annotations
 
 from starlette.datastructures import MutableHeaders
-from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.auth import CALLBACK_PREFIX, PUBLIC_PATHS
+from gateway.billing import bill_to
 from gateway.errors import GatewayError, send_error
-from gateway.keys.context import CURRENT_KEY
 from gateway.keys.families import rest_family
 from gateway.keys.gatekeeper import Gatekeeper
-from gateway.keys.model import ApiKey
-from gateway.keys.resolver import ANONYMOUS
-from gateway.usage.call_cost import CURRENT_COST, CallCost
 
 
 class KeyMiddleware:
@@ -36,10 +32,7 @@ class KeyMiddleware:
         except GatewayError as exc:
             await send_error(exc, scope, receive, send)
             return
-        scope.setdefault("state", {})["api_key"] = key
-        CURRENT_KEY.set(key)  # this request's task: the billed services record its usage with it
-        cost = CallCost()
-        CURRENT_COST.set(cost)  # ... and add what that usage cost, answered as X-Request-Cost
+        cost = bill_to(key)
 
         async def send_with_cost(message: Message) -> None:
             if message["type"] == "http.response.start" and (header := cost.header()) is not None:
@@ -47,9 +40,3 @@ class KeyMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_cost)
-
-
-def request_key(request: Request) -> ApiKey:
-    """The key the request came with (ANONYMOUS while no keys are configured)."""
-    key: ApiKey = getattr(request.state, "api_key", ANONYMOUS)
-    return key
