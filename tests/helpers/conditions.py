@@ -16,9 +16,11 @@ def wait_until(condition: Callable[[], object], timeout: float = 10.0, what: str
         time.sleep(0.01)
 
 
-async def until(condition: Callable[[], object], timeout: float = 10.0, what: str = "the condition") -> None:
-    """Poll `condition` every 10 ms without blocking the event loop."""
+async def until(
+    condition: Callable[[], object], timeout: float = 10.0, what: str = "the condition", *, poll_seconds: float = 0.01
+) -> None:
+    """Poll `condition` every `poll_seconds` without blocking the event loop."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"{what}: not met within {timeout} s"
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(poll_seconds)

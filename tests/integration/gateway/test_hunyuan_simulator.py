@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 
 from localtriton.ports import free_port
 from simulators.hunyuan import echo_reply, split_pieces
+from tests.helpers.conditions import wait_until
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 
 pytestmark = pytest.mark.slow
@@ -38,14 +38,6 @@ def sse_data(body: str) -> list[str]:
 
 def streamed_content(chunks: list[dict[str, Any]]) -> str:
     return "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in chunks)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    """The simulator updates its stats after the last byte has gone out: give it a moment."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def assert_error(response: httpx.Response, status: int, code: str | None = None) -> None:
@@ -99,7 +91,7 @@ def test_stream_sends_role_content_and_final_chunks_then_done(
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert not any("usage" in chunk for chunk in chunks)  # not asked for: OpenAI streams carry none
     stats = hunyuan_simulator.stats
-    wait_for(lambda: stats.streams_completed == 1)
+    wait_until(lambda: stats.streams_completed == 1)
     assert (stats.streams_open, stats.in_flight, stats.streams_cancelled) == (0, 0, 0)
     assert list(stats.usage_by_answer) == [chunks[0]["id"]]
 
@@ -251,7 +243,7 @@ def test_concurrency_limit_refuses_requests_beyond_it(
         assert first.status_code == 200
         assert_error(http.post(url, json=chat_request()), 429, "concurrency_limit_exceeded")
         first.read()
-    wait_for(lambda: hunyuan_simulator.stats.in_flight == 0)
+    wait_until(lambda: hunyuan_simulator.stats.in_flight == 0)
     assert http.post(url, json=chat_request()).status_code == 200
     assert hunyuan_simulator.stats.max_in_flight == 1
 
@@ -280,7 +272,7 @@ def test_dropped_stream_ends_without_done(hunyuan_simulator: RunningHunyuanSimul
     data = [line for line in lines if line.startswith("data: ")]
     assert len(data) == 3
     assert "data: [DONE]" not in data
-    wait_for(lambda: hunyuan_simulator.stats.streams_dropped == 1)
+    wait_until(lambda: hunyuan_simulator.stats.streams_dropped == 1)
     assert hunyuan_simulator.stats.streams_open == 0
 
 
@@ -318,7 +310,7 @@ def test_client_disconnect_is_counted_as_cancelled(
                 break
 
     stats = hunyuan_simulator.stats
-    wait_for(lambda: stats.streams_cancelled == 1)
+    wait_until(lambda: stats.streams_cancelled == 1)
     assert (stats.streams_open, stats.in_flight, stats.streams_completed) == (0, 0, 0)
 
 
@@ -358,7 +350,7 @@ def test_command_line_serves_the_simulator(http: httpx.Client) -> None:
     env = {**os.environ, "PYTHONWARNINGS": "error::RuntimeWarning"}  # runpy warns if the module is imported twice
     with subprocess.Popen(command, env=env, stderr=subprocess.PIPE) as process:
         try:
-            wait_for(lambda: ready(http, f"http://127.0.0.1:{port}/v1/models"), timeout=20)
+            wait_until(lambda: ready(http, f"http://127.0.0.1:{port}/v1/models"), timeout=20)
             response = http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=chat_request())
             assert response.json()["choices"][0]["message"]["content"] == ANSWER
         finally:

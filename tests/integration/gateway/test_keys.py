@@ -26,6 +26,7 @@ from gateway.settings import (
     RedisSettings,
     UsageSettings,
 )
+from tests.helpers.conditions import wait_until
 from tests.helpers.hunyuan_fixtures import RunningHunyuanSimulator
 from tests.helpers.metrics import metric
 from tests.helpers.redis_fixtures import RedisServer
@@ -38,13 +39,6 @@ CHAT = {"model": "hy3-preview", "messages": [{"role": "user", "content": "hello 
 
 def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 @pytest.fixture

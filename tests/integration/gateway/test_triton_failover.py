@@ -7,7 +7,6 @@ import asyncio
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from gateway.settings import TritonSettings
 from gateway.upstreams.triton import TritonClient
 from localtriton.server import TritonProcess
+from tests.helpers.conditions import until
 
 pytestmark = pytest.mark.slow
 
@@ -89,13 +89,6 @@ def kill_container(triton: TritonProcess) -> None:
 async def restart(triton: TritonProcess) -> None:
     await asyncio.to_thread(triton.start)
     await asyncio.to_thread(triton.wait_ready, 180)
-
-
-async def until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
 
 
 async def test_a_graceful_stop_and_a_kill_of_one_of_two_tritons_fail_no_call(

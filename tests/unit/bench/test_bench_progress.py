@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import io
-import logging
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,13 +18,9 @@ from tqdm import tqdm
 from bench.__main__ import run_part, run_parts
 from bench.progress import PartProgress
 from bench.results import PartResult
+from tests.helpers.terminal import Terminal, console_fixture
 
 RUNS = 3
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 @pytest.fixture(autouse=True)
@@ -51,24 +46,7 @@ def parts(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
     return seen
 
 
-@pytest.fixture
-def console(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> Iterator[Callable[[io.StringIO], None]]:
-    """Make a stream stderr, with a root handler printing to it as `logging.basicConfig` sets one up."""
-    caplog.set_level(logging.INFO, logger="bench")
-    handlers: list[logging.Handler] = []
-
-    def attach(stream: io.StringIO) -> None:
-        monkeypatch.setattr(sys, "stderr", stream)
-        handler = logging.StreamHandler(stream)
-        handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
-        logging.root.addHandler(handler)
-        handlers.append(handler)
-
-    yield attach
-    for handler in handlers:
-        logging.root.removeHandler(handler)
+console = console_fixture("bench", "%(name)s %(message)s")
 
 
 def test_a_part_moves_the_bar_by_its_rounds_and_the_rest_of_its_share_when_it_ends(

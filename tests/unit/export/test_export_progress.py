@@ -9,7 +9,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,34 +23,13 @@ from export import __main__ as cli
 from export import pipeline, progress
 from export.config import Precision, Tolerance
 from export.parity import PARITY_TEXTS, VariantParity
+from tests.helpers.terminal import Terminal, console_fixture
 
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 TEXTS = len(PARITY_TEXTS)
 
 
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-@pytest.fixture
-def console(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> Iterator[Callable[[io.StringIO], None]]:
-    """Make a stream stderr, with a root handler printing to it as `logging.basicConfig` sets one up."""
-    caplog.set_level(logging.INFO, logger="export")
-    handlers: list[logging.Handler] = []
-
-    def attach(stream: io.StringIO) -> None:
-        monkeypatch.setattr(sys, "stderr", stream)
-        handler = logging.StreamHandler(stream)
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
-        logging.root.addHandler(handler)
-        handlers.append(handler)
-
-    yield attach
-    for handler in handlers:
-        logging.root.removeHandler(handler)
+console = console_fixture("export", LOG_FORMAT)
 
 
 def fake_steps(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.protocol.video import ImageGenerationRequest
 from gateway.services.video import public_task
 from gateway.tasks.model import Task, TaskError, TaskState
+from tests.helpers.conditions import wait_until
 from tests.helpers.grpc_harness import API_KEY, AUTH, Harness, HarnessFactory
 
 RESULT = {"video": {"url": "https://files.example/out.mp4", "content_type": "video/mp4"}, "seed": 7, "note": "红狐"}
@@ -122,13 +122,6 @@ def rpc_error(call: Callable[[], Any]) -> grpc.RpcError:
 
 def trailer(call: Any, key: str) -> str | None:
     return next((value for name, value in call.trailing_metadata() or () if name == key), None)
-
-
-def wait_until(condition: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + 5
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return condition()
 
 
 # --- Submit -----------------------------------------------------------------------------------------------------
@@ -344,7 +337,7 @@ def test_cancelling_the_watch_closes_it_on_the_server(harness: Harness, images: 
     responses.cancel()
 
     assert first.status == "pending"
-    assert wait_until(lambda: images.closed_watches == ["task_1"])
+    wait_until(lambda: images.closed_watches == ["task_1"], 5)
 
 
 # --- errors and authentication ----------------------------------------------------------------------------------

@@ -15,13 +15,9 @@ import pytest
 
 from gateway.search import ingest as ingest_module
 from gateway.search.ingest import ingest
+from tests.helpers.terminal import Terminal
 
 PLAIN = re.compile(r"(\d+)/150 documents, \d+ documents/s")
-
-
-class Terminal(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from gateway.tasks.model import IllegalTransitionError, Task, TaskError, TaskSta
 from gateway.tasks.sqlite_store import SqliteTaskStore
 from gateway.upstreams.fal import FalStatus, FalSubmission, VideoTimeoutError, result_urls, text_to_video_arguments
 from gateway.upstreams.webhooks import WebhookUrls
+from tests.helpers import conditions
 
 P, R, C, F, X = (
     TaskState.PENDING,
@@ -342,10 +344,8 @@ async def created(store: StoreCalls, runner: VideoTaskRunner, task_id: str | Non
     return task
 
 
-async def until(condition: Callable[[], object], seconds: float = 5.0) -> None:
-    async with asyncio.timeout(seconds):
-        while not condition():
-            await asyncio.sleep(0.001)
+# Steps here take microseconds: polled every 1 ms, so a test sees a state before the next step replaces it.
+until = partial(conditions.until, timeout=5.0, poll_seconds=0.001)
 
 
 @pytest.mark.parametrize("taken_over", [False, True], ids=["renewed", "taken-over"])
