@@ -14,6 +14,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from gateway.search.analyzer import analyze
+
 Vectors = npt.NDArray[np.float32]
 
 
@@ -144,7 +146,9 @@ class GatewayEmbeddedEngine:
         started = time.perf_counter()
         for start in range(0, len(vectors), 1_000):
             batch = [
-                DocumentWrite(str(row), f"document {row}", {"bucket": buckets[row]}, vectors[row])
+                DocumentWrite(
+                    str(row), f"document {row}", {"bucket": buckets[row]}, vectors[row], analyze(f"document {row}")
+                )
                 for row in range(start, min(start + 1_000, len(vectors)))
             ]
             run(self._store.upsert("bench", batch, 0))

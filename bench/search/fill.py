@@ -21,6 +21,7 @@ import numpy as np
 
 from bench.search.plan import COLLECTION, FILLER_COSINE, Plan
 from bench.search.quality import Vectors, unit
+from gateway.search.analyzer import analyze
 
 WRITE_BATCH = 1_000  # documents a store call, the API's maximum per upsert
 
@@ -74,7 +75,9 @@ async def write_top_up(search_path: Path, plan: Plan, top_up: TopUp) -> None:
         now = int(time.time())
         for at in range(0, len(top_up.vectors), WRITE_BATCH):
             writes = [
-                DocumentWrite(f"f{j}", top_up.texts[j], plan.filler_metadata(j), top_up.vectors[j])
+                DocumentWrite(
+                    f"f{j}", top_up.texts[j], plan.filler_metadata(j), top_up.vectors[j], analyze(top_up.texts[j])
+                )
                 for j in range(at, min(at + WRITE_BATCH, len(top_up.vectors)))
             ]
             await store.upsert(COLLECTION, writes, now)

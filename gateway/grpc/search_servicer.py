@@ -22,7 +22,7 @@ from gateway.grpc.servicer import first_error
 from gateway.protocol.base import MAX_NESTING_DEPTH, check_json
 from gateway.protocol.search import DocumentIn
 from gateway.protocol.unicode import dotted, printable
-from gateway.services.search import Collection, Document, NewDocument, SearchService, Task
+from gateway.services.search import Collection, Document, Fusion, NewDocument, SearchService, Task
 from gateway.services.search_reindex import public_progress
 
 M = TypeVar("M", bound=BaseModel)
@@ -99,11 +99,20 @@ class SearchServicer:
             top_k=request.top_k or 10,
             where=where,
             min_score=min_score,
+            mode=request.mode or "dense",
+            fusion=fusion(request.fusion) if request.HasField("fusion") else None,
             use_cache=not request.no_cache,
         )
         context.set_trailing_metadata((("x-cache", "hit" if result.cached else "miss"),))
         hits = [
-            pb.SearchHit(id=h.id, score=h.score, text=h.text, metadata_json=orjson.dumps(h.metadata).decode())
+            pb.SearchHit(
+                id=h.id,
+                score=h.score,
+                text=h.text,
+                metadata_json=orjson.dumps(h.metadata).decode(),
+                score_type=result.score_type,
+                scores=h.scores,
+            )
             for h in result.hits
         ]
         usage = pb.Usage(prompt_tokens=result.prompt_tokens, total_tokens=result.prompt_tokens)
@@ -125,6 +134,16 @@ class SearchServicer:
         async with aclosing(changes):  # a cancelled call stops the watch (and its store subscription)
             async for task in changes:
                 yield reindex_message(task)
+
+
+def fusion(message: pb.SearchFusion) -> Fusion:
+    defaults = Fusion()
+    return Fusion(
+        message.method or defaults.method,  # type: ignore[arg-type]  # Fusion checks it
+        message.k if message.HasField("k") else defaults.k,
+        dict(message.weights) or None,
+        message.candidates if message.HasField("candidates") else defaults.candidates,
+    )
 
 
 def reindex_message(task: Task) -> pb.ReindexTask:

@@ -40,7 +40,7 @@ class CollectionObject(BaseModel):
 
 
 class ReindexProgress(BaseModel):
-    documents: int = Field(description="Documents re-embedded so far.")
+    documents: int = Field(description="Documents re-indexed so far.")
     total: int = Field(description="Documents in the collection when the task was accepted.")
 
 
@@ -133,22 +133,56 @@ class DocumentsDeleted(BaseModel):
     deleted: int = Field(description="How many documents were deleted.")
 
 
+class FusionIn(RequestModel):
+    model_config = ConfigDict(extra="forbid")
+
+    method: Literal["rrf", "weighted"] = Field(
+        "rrf",
+        description="rrf: reciprocal rank fusion, sum of weight / (k + rank) over the lists; weighted: each list's "
+        "scores scaled to [0, 1] by its minimum and maximum, then summed with the weights.",
+    )
+    k: StrictInt = Field(60, description="rrf's constant, 1 to 10,000.")
+    weights: dict[str, float] | None = Field(
+        None, description='By list, 0 to 100: {"dense": 1, "lexical": 1}; a list left out weighs 1.'
+    )
+    candidates: StrictInt = Field(50, description="Taken from each list before fusing, 1 to 1,000 (at least top_k).")
+
+
 class SearchRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(description="Embedded with the collection's query instruction.")
+    query: str = Field(
+        description="Embedded with the collection's query instruction (dense, hybrid); analyzed into "
+        "words (lexical, hybrid)."
+    )
     top_k: StrictInt = Field(10, description="Results, 1 to 100.")
     filter: dict[str, Any] | None = Field(
         None,
         description="Metadata filter, Mongo style: {'lang': 'zh'}, {'price': {'$lt': 100}}; operators $eq $ne $gt "
         "$gte $lt $lte $in $nin $and $or.",
     )
-    min_score: float | None = Field(None, description="Leave out results below this cosine similarity.")
+    min_score: float | None = Field(
+        None, description="Leave out results below this score (the mode's: see the hits' score_type)."
+    )
+    mode: Literal["dense", "lexical", "hybrid"] = Field(
+        "dense",
+        description="dense: by meaning (the query's vector, cosine); lexical: by words (BM25 over the analyzed "
+        "text: English stemmed, Chinese segmented); hybrid: both, fused.",
+    )
+    fusion: FusionIn | None = Field(None, description="Hybrid only: how the two lists are fused (default: rrf).")
 
 
 class SearchHit(BaseModel):
     id: str
-    score: float = Field(description="Cosine similarity of the query and the document.")
+    score: float = Field(description="The mode's score, higher is better: see score_type.")
+    score_type: Literal["cosine", "bm25", "rrf", "weighted"] = Field(
+        description="cosine: similarity of the query and the document (dense); bm25 (lexical); rrf or weighted: the "
+        "fused score (hybrid)."
+    )
+    scores: dict[str, float] | None = Field(
+        None,
+        description="Hybrid only: the hit's score in each list that found it (dense: cosine, lexical: BM25).",
+    )
     text: str
     metadata: dict[str, Any]
 

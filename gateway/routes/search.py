@@ -35,7 +35,16 @@ from gateway.routes import include
 from gateway.routes.cache_control import cache_allowed
 from gateway.routes.nesting import NestingLimitedRoute
 from gateway.routes.task_events import EVENTS_RESPONSE, task_events
-from gateway.services.search import Collection, Document, NewDocument, SearchResult, SearchService, Task
+from gateway.services.search import (
+    Collection,
+    Document,
+    Fusion,
+    Hit,
+    NewDocument,
+    SearchResult,
+    SearchService,
+    Task,
+)
 from gateway.services.search_reindex import public_progress
 
 
@@ -113,12 +122,15 @@ async def delete_document(request: Request, name: str = NAME, document_id: str =
 
 @router.post("/v1/collections/{name}/search", response_model=SearchResponse, responses=ERRORS)
 async def search(body: SearchRequest, request: Request, name: str = NAME) -> Response:
+    fusion = body.fusion
     result = await search_service(request).search(
         name,
         body.query,
         top_k=body.top_k,
         where=body.filter,
         min_score=body.min_score,
+        mode=body.mode,
+        fusion=None if fusion is None else Fusion(fusion.method, fusion.k, fusion.weights, fusion.candidates),
         use_cache=cache_allowed(request),
     )
     return Response(search_response_json(body.query, result), media_type="application/json")
@@ -131,10 +143,17 @@ def search_response_json(query: str, result: SearchResult) -> bytes:
         {
             "object": "search.result",
             "query": query,
-            "data": [{"id": h.id, "score": h.score, "text": h.text, "metadata": h.metadata} for h in result.hits],
+            "data": [search_hit(h, result.score_type) for h in result.hits],
             "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
         }
     )
+
+
+def search_hit(hit: Hit, score_type: str) -> dict[str, object]:
+    fields: dict[str, object] = {"id": hit.id, "score": hit.score, "score_type": score_type}
+    if hit.scores is not None:
+        fields["scores"] = hit.scores
+    return fields | {"text": hit.text, "metadata": hit.metadata}
 
 
 @router.post("/v1/collections/{name}/reindex", status_code=202, response_model=ReindexTaskObject, responses=ERRORS)

@@ -37,6 +37,7 @@ class Collection:
     metadata: dict[str, Any] = field(default_factory=dict)
     documents: int = 0
     reindex_task: str | None = None  # the re-index job under way: searches and writes wait for it (409)
+    lexical: str | None = None  # the analyzer whose terms every document has; None: no lexical index (yet)
 
     def counted(self, documents: int) -> Collection:
         return replace(self, documents=documents)
@@ -52,6 +53,7 @@ class Collection:
             "query_instruction": self.query_instruction,
             "metadata": self.metadata,
             "reindex_task": self.reindex_task,
+            "lexical": self.lexical,
         }
 
     @classmethod
@@ -71,9 +73,10 @@ class Document:
 @dataclass(frozen=True)
 class Hit:
     id: str
-    score: float  # cosine similarity
+    score: float  # the search mode's: cosine similarity (dense), BM25 (lexical), the fused score (hybrid)
     text: str
     metadata: Metadata
+    scores: dict[str, float] | None = None  # hybrid: the hit's score in each list that found it, by mode
 
 
 Vector: TypeAlias = npt.NDArray[np.float32]

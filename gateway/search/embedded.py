@@ -38,6 +38,7 @@ from gateway.search.store import (
     CollectionExistsError,
     CollectionNotFoundError,
     DocumentWrite,
+    IndexUpdate,
     SearchStoreUnavailableError,
 )
 from gateway.search.threads import StoreThreads
@@ -48,6 +49,7 @@ T = TypeVar("T")
 
 class EmbeddedStore:
     name = "embedded"
+    lexical = True
 
     def __init__(
         self,
@@ -126,7 +128,7 @@ class EmbeddedStore:
 
     async def get_documents(self, name: str, ids: Sequence[str]) -> list[Document]:
         async with self._reading(name) as shard:
-            records = await self._run(shard.retrieve, [points.point_id(i) for i in ids], True, False)
+            records = await self._run(shard.retrieve, [points.point_id(i) for i in ids], points.DOCUMENT_FIELDS, False)
         return [points.document(record.payload) for record in records if record.payload]
 
     async def delete_documents(self, name: str, ids: Sequence[str]) -> int:
@@ -138,22 +140,28 @@ class EmbeddedStore:
             return await self._run(points.delete_filter, shard, where, self._kept.get(name))
 
     async def scroll(self, name: str, after: str | None, limit: int) -> tuple[list[Document], str | None]:
-        request = ScrollRequest(offset=after, limit=limit, with_payload=True, with_vector=False)
+        request = ScrollRequest(offset=after, limit=limit, with_payload=points.DOCUMENT_FIELDS, with_vector=False)
         async with self._reading(name) as shard:
             records, following = await self._run(shard.scroll, request)
         documents = [points.document(r.payload) for r in records if r.payload]
         return documents, None if following is None else str(following)
 
-    async def set_vectors(self, name: str, vectors: dict[str, Vector]) -> None:
-        operation = points.vectors_update(vectors)
+    async def set_index(self, name: str, updates: dict[str, IndexUpdate]) -> None:
         async with self._writing(name) as shard:
-            await self._run(points.apply, shard, operation, self._kept.get(name))
+            await self._run(points.set_index, shard, updates, self._kept.get(name))
         self._index_later(name)
 
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
         request = points.search_request(vector, top_k, where, min_score)
+        async with self._reading(name) as shard:
+            return await self._run(points.query, shard, request)
+
+    async def lexical_search(
+        self, name: str, terms: str, top_k: int, where: Filter | None, min_score: float | None
+    ) -> list[Hit]:
+        request = points.lexical_request(terms, top_k, where, min_score)
         async with self._reading(name) as shard:
             return await self._run(points.query, shard, request)
 

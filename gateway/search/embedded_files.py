@@ -16,6 +16,7 @@ from qdrant_edge import Distance, EdgeConfig, EdgeOptimizersConfig, EdgeShard, E
 
 from gateway.search.documents import Collection
 from gateway.search.durable import write_durably
+from gateway.search.embedded_points import index_terms
 from gateway.search.shard_index import LIVE, live_folder, recover
 
 RECORD = "collection.json"
@@ -51,6 +52,7 @@ def create_files(root: Path, collection: Collection, optimizers: EdgeOptimizersC
         max_search_threads=SEARCH_THREADS,
     )
     shard = EdgeShard.create(str(folder / LIVE), config)
+    index_terms(shard, None)
     write_record(root, collection)
     return shard
 

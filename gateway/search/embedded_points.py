@@ -2,7 +2,8 @@
 (run in the store's threads).
 
 A document is one point: its id is a UUID derived from the client's id, its payload holds the client's id, the
-text, the metadata and the timestamps, so a search answers in one call. Every write is flushed before the call
+text, the metadata, the timestamps and the analyzer's terms (`terms`, under Qdrant's full-text index with BM25
+scoring: lexical search is the engine's own), so a search answers in one call. Every write is flushed before the call
 returns, and kept too while a copy of the shard is being indexed (`shard_index.py` replays them on the copy).
 """
 
@@ -21,13 +22,18 @@ from qdrant_edge import (
     Query,
     QueryRequest,
     SearchParams,
+    TextIndexParams,
+    TextQuery,
+    TextScoringParams,
+    TextScoringType,
+    TokenizerType,
     UpdateOperation,
 )
 
 from gateway.search.documents import Document, Hit, Vector
 from gateway.search.filters import Filter
 from gateway.search.qdrant_filter import flags, payload_indexes, to_qdrant
-from gateway.search.store import DocumentWrite
+from gateway.search.store import DocumentWrite, IndexUpdate
 
 PointId = int | uuid.UUID | str
 ID_NAMESPACE = uuid.UUID("6f1c1a52-4d0e-4a8e-9a53-2d3f7f1e0c11")  # fixed: ids must map the same way forever
@@ -35,6 +41,16 @@ ID_NAMESPACE = uuid.UUID("6f1c1a52-4d0e-4a8e-9a53-2d3f7f1e0c11")  # fixed: ids m
 HNSW_EF = 128
 HNSW_EF_FILTERED = 200
 Kept = list[UpdateOperation] | None  # the writes kept for an index build under way, if any
+TERMS = "terms"
+# The analyzer has done the work (gateway/search/analyzer.py): the engine only splits on spaces and counts.
+TERMS_INDEX = TextIndexParams(
+    tokenizer=TokenizerType.Whitespace,
+    lowercase=False,
+    max_token_len=None,
+    scoring=TextScoringParams(type=TextScoringType.Bm25),
+)
+HIT_FIELDS = ["id", "text", "metadata"]  # what a search reads back (never the terms)
+DOCUMENT_FIELDS = [*HIT_FIELDS, "created_at", "updated_at"]
 
 
 def point_id(document_id: str) -> str:
@@ -46,9 +62,19 @@ def search_request(vector: Vector, top_k: int, where: Filter | None, min_score: 
         limit=top_k,
         query=Query.Nearest(vector.tolist()),
         filter=to_qdrant(where) if where is not None else None,
-        with_payload=True,
+        with_payload=HIT_FIELDS,
         score_threshold=min_score,
         params=SearchParams(hnsw_ef=max(HNSW_EF if where is None else HNSW_EF_FILTERED, top_k)),
+    )
+
+
+def lexical_request(terms: str, top_k: int, where: Filter | None, min_score: float | None) -> QueryRequest:
+    return QueryRequest(
+        limit=top_k,
+        query=TextQuery(TERMS, terms),
+        filter=to_qdrant(where) if where is not None else None,
+        with_payload=HIT_FIELDS,
+        score_threshold=min_score,
     )
 
 
@@ -58,8 +84,16 @@ def query(shard: EdgeShard, request: QueryRequest) -> list[Hit]:
     return [hit(point.score, payload) for point in shard.query(request) if (payload := point.payload)]
 
 
-def vectors_update(vectors: dict[str, Vector]) -> UpdateOperation:
-    return UpdateOperation.update_vectors([PointVectors(point_id(i), v.tolist()) for i, v in vectors.items()])
+def set_index(shard: EdgeShard, updates: dict[str, IndexUpdate], kept: Kept) -> None:
+    index_terms(shard, kept)
+    vectors = [PointVectors(point_id(i), u.vector.tolist()) for i, u in updates.items() if u.vector is not None]
+    operations = [UpdateOperation.update_vectors(vectors)] if vectors else []
+    operations += [UpdateOperation.set_payload([point_id(i)], {TERMS: u.terms}) for i, u in updates.items()]
+    for operation in operations:
+        shard.update(operation)
+    shard.flush()
+    if kept is not None:
+        kept.extend(operations)
 
 
 def upsert(shard: EdgeShard, documents: Sequence[DocumentWrite], now: int, kept: Kept) -> None:
@@ -78,6 +112,7 @@ def upsert(shard: EdgeShard, documents: Sequence[DocumentWrite], now: int, kept:
                 "flags": flags(d.metadata),
                 "created_at": created.get(d.id, now),
                 "updated_at": now,
+                TERMS: d.terms,
             },
         )
         for key, d in zip(ids, documents, strict=True)
@@ -87,15 +122,22 @@ def upsert(shard: EdgeShard, documents: Sequence[DocumentWrite], now: int, kept:
 
 def index_fields(shard: EdgeShard, documents: Sequence[DocumentWrite], kept: Kept) -> None:
     """A payload index for each metadata field as it first appears (a field seen later with another type is
-    filtered without one), so that filtered searches stay fast."""
-    wanted: dict[str, PayloadSchemaType] = {}
+    filtered without one), so that filtered searches stay fast; and the terms' index."""
+    wanted: dict[str, PayloadSchemaType | TextIndexParams] = {}
     for document in documents:
         for path, schema in payload_indexes(document.metadata).items():
             wanted.setdefault(path, schema)
+    wanted[TERMS] = TERMS_INDEX
     existing = shard.info().payload_schema
-    for path, schema in wanted.items():
+    for path, index in wanted.items():
         if path not in existing:
-            apply(shard, UpdateOperation.create_field_index(path, schema), kept)
+            apply(shard, UpdateOperation.create_field_index(path, index), kept)
+
+
+def index_terms(shard: EdgeShard, kept: Kept) -> None:
+    """The terms' full-text index, on a shard written before lexical search (its first re-index makes it)."""
+    if TERMS not in shard.info().payload_schema:
+        apply(shard, UpdateOperation.create_field_index(TERMS, TERMS_INDEX), kept)
 
 
 def delete_ids(shard: EdgeShard, ids: list[PointId], kept: Kept) -> int:

@@ -35,6 +35,8 @@ from gateway.search.store import (
     CollectionExistsError,
     CollectionNotFoundError,
     DocumentWrite,
+    IndexUpdate,
+    LexicalSearchUnavailableError,
     SearchStoreUnavailableError,
 )
 from gateway.search.threads import StoreThreads
@@ -55,6 +57,7 @@ def milvus_name(name: str) -> str:
 
 class MilvusStore:
     name = "milvus"
+    lexical = False  # the Milvus servers tested here (2.3) have no BM25 and no sparse vectors
 
     def __init__(
         self,
@@ -149,8 +152,11 @@ class MilvusStore:
         following = rows[-1]["id"] if len(rows) == limit else None
         return [document(row) for row in rows], following
 
-    async def set_vectors(self, name: str, vectors: dict[str, Vector]) -> None:
+    async def set_index(self, name: str, updates: dict[str, IndexUpdate]) -> None:
         await self._record(name)
+        vectors = {i: u.vector for i, u in updates.items() if u.vector is not None}  # no terms: no lexical index
+        if not vectors:
+            return
         target = milvus_name(name)
         await self._clock.wrote(
             target, await self._run(self._set_vectors, target, vectors, await self._clock.level(target))
@@ -168,6 +174,11 @@ class MilvusStore:
         )
         hits = [hit(row) for row in rows]
         return [h for h in hits if min_score is None or h.score >= min_score]
+
+    async def lexical_search(
+        self, name: str, terms: str, top_k: int, where: Filter | None, min_score: float | None
+    ) -> list[Hit]:
+        raise LexicalSearchUnavailableError(self.name)
 
     async def ready(self) -> bool:
         try:

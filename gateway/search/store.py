@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.errors import ConflictError, NotFoundError, UpstreamUnavailableError
+from gateway.errors import ConflictError, InvalidRequestError, NotFoundError, UpstreamUnavailableError
 from gateway.search.documents import Collection, Document, Hit, Metadata, Vector
 from gateway.search.filters import Filter
 
@@ -25,6 +25,22 @@ class SearchStoreUnavailableError(UpstreamUnavailableError):
     """
 
     code = "search_store_unavailable"
+
+
+class LexicalSearchUnavailableError(InvalidRequestError):
+    """A lexical or hybrid search on a store whose engine has no BM25 (Milvus servers before 2.5).
+
+    Do: client: search with `"mode": "dense"`; operator: use the embedded store, or a Milvus with full text
+    search.
+    """
+
+    code = "lexical_search_unavailable"
+
+    def __init__(self, store: str) -> None:
+        super().__init__(
+            f'lexical and hybrid search are not available on this gateway\'s {store} store; use "mode": "dense"',
+            param="mode",
+        )
 
 
 class CollectionNotFoundError(NotFoundError):
@@ -53,12 +69,21 @@ class CollectionExistsError(ConflictError):
 
 @dataclass(frozen=True)
 class DocumentWrite:
-    """One document to upsert, with its vector (L2-normalised)."""
+    """One document to upsert, with its vector (L2-normalised) and its terms (`analyzer.analyze`)."""
 
     id: str
     text: str
     metadata: Metadata
     vector: Vector
+    terms: str
+
+
+@dataclass(frozen=True)
+class IndexUpdate:
+    """What a re-index writes again for one document: its vector (None: kept) and its terms."""
+
+    vector: Vector | None
+    terms: str
 
 
 class VectorStore(Protocol):
@@ -69,6 +94,7 @@ class VectorStore(Protocol):
     """
 
     name: str  # "embedded" or "milvus", for errors and /readyz
+    lexical: bool  # whether it can hold a lexical index (BM25 over the documents' terms)
 
     async def create_collection(self, collection: Collection) -> None: ...
 
@@ -107,14 +133,22 @@ class VectorStore(Protocol):
         of the next page (None after the last): what a re-index walks through."""
         ...
 
-    async def set_vectors(self, name: str, vectors: dict[str, Vector]) -> None:
-        """Replace the vectors of existing documents (by id), keeping their text, metadata and timestamps."""
+    async def set_index(self, name: str, updates: dict[str, IndexUpdate]) -> None:
+        """Replace the vectors and terms of existing documents (by id), keeping their text, metadata and
+        timestamps."""
         ...
 
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
         """Best first; `score` is the cosine similarity."""
+        ...
+
+    async def lexical_search(
+        self, name: str, terms: str, top_k: int, where: Filter | None, min_score: float | None
+    ) -> list[Hit]:
+        """Best first by BM25 over the documents' terms (any of `terms`, split on spaces, matches); raises
+        `LexicalSearchUnavailableError` where the engine has no BM25."""
         ...
 
     async def ready(self) -> bool: ...

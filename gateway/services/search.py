@@ -1,5 +1,6 @@
-"""Semantic search, framework-free: collections, document upserts embedded through the embeddings service, and
-searches by meaning with metadata filters, over one `VectorStore`.
+"""Semantic search, framework-free: collections, document upserts embedded through the embeddings service and
+analyzed into terms, and searches by meaning (dense), by words (lexical: BM25) or both fused (hybrid), with
+metadata filters, over one `VectorStore`.
 
 A collection remembers the model and revision its vectors came from; while another revision is served, its
 upserts and searches answer 409 (vectors of two revisions are never compared or mixed) until a re-index job
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 from gateway.protocol.unicode import has_lone_surrogate, is_blank
+from gateway.search.analyzer import ANALYZER, analyze, analyze_many
 from gateway.search.documents import (
     Collection,
     Document,
@@ -33,9 +35,10 @@ from gateway.search.documents import (
     check_document_id,
     check_metadata,
 )
-from gateway.search.filters import parse_filter
-from gateway.search.store import DocumentWrite, VectorStore
-from gateway.services.embeddings import EmbeddingService
+from gateway.search.filters import Filter, parse_filter
+from gateway.search.fusion import Fusion, fuse
+from gateway.search.store import DocumentWrite, LexicalSearchUnavailableError, VectorStore
+from gateway.services.embeddings import EmbeddingResult, EmbeddingService
 from gateway.services.search_reindex import ReindexJobs
 from gateway.settings import LimitSettings
 from gateway.tasks.model import Task
@@ -44,11 +47,29 @@ from gateway.usage.record import Usage
 
 # Collection, Document and Task are what the transports are handed: they import them from here, not from the stores.
 __all__ = [
-    "MAX_COLLECTION_METADATA_BYTES", "MAX_DOCUMENTS_PER_CALL", "MAX_QUERY_INSTRUCTION_CHARS", "MAX_TOP_K",
-    "READY_TIMEOUT_SECONDS", "Collection", "Document", "DocumentNotFoundError", "NewDocument", "SearchDisabledError",
-    "SearchResult", "SearchService", "Task", "UpsertResult", "check_revision", "check_writable",
+    "MAX_COLLECTION_METADATA_BYTES",
+    "MAX_DOCUMENTS_PER_CALL",
+    "MAX_QUERY_INSTRUCTION_CHARS",
+    "MAX_TOP_K",
+    "READY_TIMEOUT_SECONDS",
+    "SEARCH_MODES",
+    "Collection",
+    "Document",
+    "DocumentNotFoundError",
+    "Fusion",
+    "Hit",
+    "NewDocument",
+    "SearchDisabledError",
+    "SearchResult",
+    "SearchService",
+    "Task",
+    "UpsertResult",
+    "check_revision",
+    "check_writable",
 ]  # fmt: skip
 
+SEARCH_MODES = ("dense", "lexical", "hybrid")
+ScoreType = Literal["cosine", "bm25", "rrf", "weighted"]
 MAX_DOCUMENTS_PER_CALL = 1000
 MAX_TOP_K = 100
 MAX_COLLECTION_METADATA_BYTES = 16 * 1024
@@ -81,10 +102,12 @@ class SearchResult:
     prompt_tokens: int
     cached: bool  # the query's embedding came from the cache
     model: str
+    score_type: ScoreType  # what each hit's `score` is
+    embedded: bool = True  # the query was embedded (every mode but lexical)
 
     @property
     def usage(self) -> Usage:
-        return Usage(search_queries=1, embedding_texts=1, embedding_tokens=self.prompt_tokens)
+        return Usage(search_queries=1, embedding_texts=int(self.embedded), embedding_tokens=self.prompt_tokens)
 
 
 class SearchDisabledError(UpstreamUnavailableError):
@@ -155,7 +178,14 @@ class SearchService:
             )
         info = await self._embeddings.model_info()
         collection = Collection(
-            name, info.name, info.revision, info.dimension, int(time.time()), query_instruction, metadata or {}
+            name,
+            info.name,
+            info.revision,
+            info.dimension,
+            int(time.time()),
+            query_instruction,
+            metadata or {},
+            lexical=ANALYZER if store.lexical else None,
         )
         await store.create_collection(collection)
         return collection
@@ -186,9 +216,14 @@ class SearchService:
             self._check(index, document)
         unique = list({d.id: d for d in documents}.values())  # a repeated id: its last version is the one kept
         await self._current(name)
-        result = await self._embeddings.embed([d.text for d in unique], use_cache=use_cache)
+        texts = [d.text for d in unique]
+        # The terms on a worker thread while Triton embeds: segmenting a long batch takes milliseconds.
+        terms, result = await asyncio.gather(
+            asyncio.to_thread(analyze_many, texts), self._embeddings.embed(texts, use_cache=use_cache)
+        )
         writes = [
-            DocumentWrite(d.id, d.text, d.metadata, vector) for d, vector in zip(unique, result.vectors, strict=True)
+            DocumentWrite(d.id, d.text, d.metadata, vector, t)
+            for d, vector, t in zip(unique, result.vectors, terms, strict=True)
         ]
         await store.upsert(name, writes, int(time.time()))
         cut = [d.id for d, truncated in zip(unique, result.truncated, strict=True) if truncated]
@@ -257,20 +292,52 @@ class SearchService:
         top_k: int = 10,
         where: object | None = None,
         min_score: float | None = None,
+        mode: str = "dense",
+        fusion: Fusion | None = None,
         use_cache: bool = True,
     ) -> SearchResult:
+        """`mode`: dense (by meaning: the query's vector), lexical (BM25 over the analyzer's terms) or hybrid
+        (both, fused by `fusion`); `min_score` applies to the mode's score."""
         store = self._store
         check_collection_name(name)
         if not 1 <= top_k <= MAX_TOP_K:
             raise InvalidRequestError(f"top_k is 1 to {MAX_TOP_K}, got {top_k}", param="top_k")
         self._check_text(query, "query")
+        check_mode(mode, fusion)
         parsed = parse_filter(where) if where else None  # {} filters nothing out
         collection = await self._current(name)
-        result = await self._embeddings.embed(
+        if mode != "dense":
+            check_lexical(collection, store)
+        if mode == "lexical":
+            hits = await self._lexical(name, query, top_k, parsed, min_score)
+            return SearchResult(hits, 0, False, collection.model, "bm25", embedded=False)
+        embedding = self._embeddings.embed(
             [query], use_cache=use_cache, input_type="query", instruction=collection.query_instruction
         )
-        hits = await store.search(name, result.vectors[0], top_k, parsed, min_score)
-        return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model)
+        if mode == "dense":
+            result = await embedding
+            hits = await store.search(name, result.vectors[0], top_k, parsed, min_score)
+            return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model, "cosine")
+        fusion = fusion or Fusion()
+        depth = max(top_k, fusion.candidates)
+        lexical, (result, dense) = await asyncio.gather(
+            self._lexical(name, query, depth, parsed, None), self._dense(name, embedding, depth, parsed)
+        )
+        hits = fuse({"dense": dense, "lexical": lexical}, fusion, top_k)
+        hits = [h for h in hits if min_score is None or h.score >= min_score]
+        return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model, fusion.method)
+
+    async def _lexical(
+        self, name: str, query: str, top_k: int, where: Filter | None, min_score: float | None
+    ) -> list[Hit]:
+        terms = analyze(query)
+        return await self._store.lexical_search(name, terms, top_k, where, min_score) if terms else []
+
+    async def _dense(
+        self, name: str, embedding: Awaitable[EmbeddingResult], top_k: int, where: Filter | None
+    ) -> tuple[EmbeddingResult, list[Hit]]:
+        result = await embedding
+        return result, await self._store.search(name, result.vectors[0], top_k, where, None)
 
     async def _current(self, name: str) -> Collection:
         """The collection, if its vectors come from the model served now (else 409: re-index)."""
@@ -305,6 +372,27 @@ class DocumentNotFoundError(NotFoundError):
 
     def __init__(self, collection: str, document_id: str) -> None:
         super().__init__(f"collection {collection!r} has no document {document_id!r}", param="id")
+
+
+def check_mode(mode: str, fusion: Fusion | None) -> None:
+    if mode not in SEARCH_MODES:
+        raise InvalidRequestError(f"mode is one of {', '.join(SEARCH_MODES)}; got {mode!r}", param="mode")
+    if fusion is not None and mode != "hybrid":
+        raise InvalidRequestError(f"fusion applies to mode hybrid, not {mode}", param="fusion")
+
+
+def check_lexical(collection: Collection, store: VectorStore) -> None:
+    """A lexical or hybrid search needs the collection's terms indexed by this gateway's analyzer."""
+    if not store.lexical:
+        raise LexicalSearchUnavailableError(store.name)
+    if collection.lexical != ANALYZER:
+        raise ConflictError(
+            f"collection {collection.name!r} has no lexical index of this gateway's analyzer ({ANALYZER}); "
+            f"it was written before lexical search or by another version. POST "
+            f"/v1/collections/{collection.name}/reindex builds it (dense search works meanwhile)",
+            code="lexical_index_missing",
+            param="mode",
+        )
 
 
 def check_writable(collection: Collection) -> None:

@@ -1,4 +1,7 @@
-"""Re-index jobs: re-embed every stored text of a collection with the served model, as a durable task.
+"""Re-index jobs: re-embed every stored text of a collection with the served model and write its lexical terms
+again with the gateway's analyzer, as a durable task. A collection whose vectors are of the served revision
+already only gets its terms written: how a collection written before lexical search (or by another analyzer
+version) gets its lexical index.
 
 A job is a `Task` (the video tasks' record, states and compare-and-set stores) in its own task store (SQLite
 next to the embedded collections, or Redis under its own key prefix), so the video runner never sees it:
@@ -33,8 +36,9 @@ from typing import Any
 from gateway import metrics
 from gateway.background import cancel_and_wait
 from gateway.errors import ConflictError, GatewayError, NotFoundError, UpstreamUnavailableError
-from gateway.search.documents import Collection
-from gateway.search.store import CollectionNotFoundError, VectorStore
+from gateway.search.analyzer import ANALYZER, analyze_many
+from gateway.search.documents import Collection, Document, Vector
+from gateway.search.store import CollectionNotFoundError, IndexUpdate, VectorStore
 from gateway.services.embeddings import EmbeddingService
 from gateway.tasks.base import PURGE_EVERY_SECONDS, Lease, TaskStore
 from gateway.tasks.model import Task, TaskError, TaskState
@@ -45,7 +49,7 @@ from gateway.upstreams.triton import ModelInfo
 
 log = logging.getLogger(__name__)
 
-PAGE_DOCUMENTS = 64  # documents re-embedded and written per step (and per saved cursor)
+PAGE_DOCUMENTS = 64  # documents re-indexed and written per step (and per saved cursor)
 RETRY_SECONDS = (0.5, 10.0)  # first and longest pause while Triton or the store is unavailable
 JOB_DEADLINE_SECONDS = 30 * 24 * 3600.0  # a job has no deadline of its own; the task record wants one
 
@@ -215,18 +219,30 @@ class ReindexJobs:
                 task = await self._save(dataclasses.replace(task, arguments=arguments), TaskState.PROCESSING, progress)
             documents, following = await self._store.scroll(name, progress.get("cursor"), PAGE_DOCUMENTS)
             if documents:
-                embedded = await self._embeddings.embed([d.text for d in documents])
-                await self._store.set_vectors(name, dict(zip([d.id for d in documents], embedded.vectors, strict=True)))
+                await self._store.set_index(name, await self._index(collection, task, documents))
             progress = {**progress, "cursor": following, "documents": int(progress["documents"]) + len(documents)}
             task = await self._save(task, TaskState.PROCESSING, progress)
             if following is None:
                 break
         model, revision = task.arguments["model"], task.arguments["model_revision"]
-        finished = dataclasses.replace(collection, model=model, model_revision=revision, reindex_task=None)
+        lexical = ANALYZER if self._store.lexical else None
+        finished = dataclasses.replace(
+            collection, model=model, model_revision=revision, reindex_task=None, lexical=lexical
+        )
         await self._store.update_collection(finished)
         await self._end(task, TaskState.COMPLETED)
         await self._tasks.release_lease(lease.name, lease.owner)
         log.info("collection %s re-indexed with %s revision %s", name, model, revision)
+
+    async def _index(self, collection: Collection, task: Task, documents: list[Document]) -> dict[str, IndexUpdate]:
+        """The page's terms, and its vectors unless the collection's are of the job's revision already (a job
+        that only builds the lexical index of a collection written before it)."""
+        texts = [d.text for d in documents]
+        terms = await asyncio.to_thread(analyze_many, texts)
+        vectors: list[Vector | None] = [None] * len(documents)
+        if (collection.model, collection.model_revision) != (task.arguments["model"], task.arguments["model_revision"]):
+            vectors = list((await self._embeddings.embed(texts)).vectors)
+        return {d.id: IndexUpdate(v, t) for d, v, t in zip(documents, vectors, terms, strict=True)}
 
     async def _task(self, task_id: str) -> Task:
         task = await self._tasks.get(task_id)

@@ -16,6 +16,7 @@ from prometheus_client import REGISTRY
 from qdrant_edge import EdgeConfig, EdgeOptimizersConfig, EdgeShard
 
 from gateway.search import embedded_points
+from gateway.search.analyzer import analyze
 from gateway.search.documents import Collection
 from gateway.search.embedded import EmbeddedStore
 from gateway.search.embedded_files import HNSW, SEARCH_THREADS, vector_params, write_record
@@ -30,7 +31,7 @@ DIMENSIONS = 8
 def writes(count: int, seed: int = 3) -> list[DocumentWrite]:
     vectors = np.random.default_rng(seed).standard_normal((count, DIMENSIONS)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return [DocumentWrite(str(n), f"text {n}", {"n": n}, vectors[n]) for n in range(count)]
+    return [DocumentWrite(str(n), f"text {n}", {"n": n}, vectors[n], analyze(f"text {n}")) for n in range(count)]
 
 
 def collection() -> Collection:
@@ -68,6 +69,8 @@ async def test_shards_search_with_one_engine_thread_also_old_ones_and_indexed_co
         for n in (0, 700, 1499):
             hits = await store.search(old.name, documents[n].vector, 1, None, None)
             assert hits[0].id == str(n)
+            # the terms' index came with the shard written before it, and with the indexed copy
+            assert [h.id for h in await store.lexical_search(old.name, str(n), 2, None, None)] == [str(n)]
     finally:
         await store.aclose()
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from pymilvus import MilvusClient
 
+from gateway.search.analyzer import analyze
 from gateway.search.documents import Collection
 from gateway.search.milvus import MilvusStore, milvus_name
 from gateway.search.milvus_clock import BOUNDED, STRONG, ReadLevel, WriteClock
@@ -49,7 +50,9 @@ async def test_what_one_replica_writes_another_reads_at_once(
         await writer.create_collection(created)
         assert (await reader.collection(created.name)).name == created.name
         for n in range(5):
-            await writer.upsert(created.name, [DocumentWrite(f"d{n}", f"text {n}", {"n": n}, unit(n))], now=n)
+            await writer.upsert(
+                created.name, [DocumentWrite(f"d{n}", f"text {n}", {"n": n}, unit(n), analyze(f"text {n}"))], now=n
+            )
             hits = await reader.search(created.name, unit(n), 1, None, None)
             assert [hit.id for hit in hits] == [f"d{n}"]
         assert await writer.delete_documents(created.name, ["d4"]) == 1
@@ -85,7 +88,7 @@ async def test_a_search_of_a_collection_not_written_just_now_does_not_wait_for_a
     store = MilvusStore(milvus_server.uri, None, timeout_seconds=30, redis=redis_url)
     try:
         await store.create_collection(created)
-        await store.upsert(created.name, [DocumentWrite("a", "alpha", {}, unit(1))], now=1)
+        await store.upsert(created.name, [DocumentWrite("a", "alpha", {}, unit(1), analyze("alpha"))], now=1)
         await asyncio.sleep(0.5)  # a few time ticks: Milvus has applied the write
         ours = await timed(lambda: store.search(created.name, unit(1), 1, None, None))
         strong = await timed(strong_search)
@@ -143,7 +146,7 @@ async def test_with_redis_down_the_store_still_writes_and_finds(
     try:
         await store.create_collection(created)
         own_redis.stop()
-        await store.upsert(created.name, [DocumentWrite("a", "alpha", {}, unit(1))], now=1)
+        await store.upsert(created.name, [DocumentWrite("a", "alpha", {}, unit(1), analyze("alpha"))], now=1)
         assert [hit.id for hit in await store.search(created.name, unit(1), 1, None, None)] == ["a"]
     finally:
         await store.aclose()
@@ -156,7 +159,9 @@ async def test_a_bulk_upsert_is_sealed_and_indexed_once_writes_go_quiet_and_smal
     client = MilvusClient(uri=milvus_server.uri)
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((1200, DIMENSIONS)).astype(np.float32)
-    writes = [DocumentWrite(str(n), "t", {}, vectors[n] / np.linalg.norm(vectors[n])) for n in range(1200)]
+    writes = [
+        DocumentWrite(str(n), "t", {}, vectors[n] / np.linalg.norm(vectors[n]), analyze("t")) for n in range(1200)
+    ]
 
     def segment_states(target: str) -> list[str]:
         return sorted(segment.state_name for segment in client.list_persistent_segments(target))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from pymilvus import MilvusClient
 
+from gateway.search.analyzer import analyze
 from gateway.search.documents import Collection, Hit
 from gateway.search.milvus import MilvusStore, milvus_name
 from gateway.search.store import DocumentWrite, SearchStoreUnavailableError
@@ -33,7 +34,7 @@ def unit(seed: int) -> np.ndarray[Any, np.dtype[np.float32]]:
 
 
 def write(n: int, text: str | None = None) -> DocumentWrite:
-    return DocumentWrite(f"d{n}", text or f"text {n}", {"n": n}, unit(n))
+    return DocumentWrite(f"d{n}", text or f"text {n}", {"n": n}, unit(n), analyze(text or f"text {n}"))
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from gateway.search import embedded as embedded_module
+from gateway.search.analyzer import analyze
 from gateway.search.documents import Collection
 from gateway.search.embedded import EmbeddedStore
 from gateway.search.filters import parse_filter
@@ -26,6 +27,8 @@ from gateway.search.store import (
     CollectionExistsError,
     CollectionNotFoundError,
     DocumentWrite,
+    IndexUpdate,
+    LexicalSearchUnavailableError,
     SearchStoreUnavailableError,
     VectorStore,
 )
@@ -45,10 +48,10 @@ def unit(seed: int) -> np.ndarray[Any, np.dtype[np.float32]]:
 
 
 DOCUMENTS = [
-    DocumentWrite("a", "alpha", {"lang": "zh", "price": 5, "tags": ["x", "y"], "ok": True}, unit(1)),
-    DocumentWrite("b", "beta", {"lang": "en", "price": 50.5, "ok": False}, unit(2)),
-    DocumentWrite("c", "gamma", {"lang": INJECTION, "price": 500}, unit(3)),
-    DocumentWrite("d/1", "delta", {}, unit(4)),
+    DocumentWrite("a", "alpha", {"lang": "zh", "price": 5, "tags": ["x", "y"], "ok": True}, unit(1), analyze("alpha")),
+    DocumentWrite("b", "beta", {"lang": "en", "price": 50.5, "ok": False}, unit(2), analyze("beta")),
+    DocumentWrite("c", "gamma", {"lang": INJECTION, "price": 500}, unit(3), analyze("gamma")),
+    DocumentWrite("d/1", "delta", {}, unit(4), analyze("delta")),
 ]
 
 
@@ -91,13 +94,37 @@ async def test_collections_are_created_listed_counted_and_deleted(store_factory:
         assert created.name not in [c.name for c in await store.list_collections()]
 
 
+async def test_lexical_search_where_the_engine_has_bm25(store_factory: StoreFactory) -> None:
+    """BM25 over the terms, with filters and min_score, a survivor of a reopen; refused where the engine has none."""
+    created = collection()
+    async with aclosing(store_factory()) as store:
+        await store.create_collection(created)
+        await store.upsert(created.name, DOCUMENTS, now=100)
+        if not store.lexical:
+            with pytest.raises(LexicalSearchUnavailableError):
+                await store.lexical_search(created.name, "alpha", 5, None, None)
+            return
+        await store.upsert(created.name, [DocumentWrite("e", "alpha beta", {"lang": "zh"}, unit(5), "alpha beta")], 100)
+        hits = await store.lexical_search(created.name, "alpha beta", 5, None, None)
+        assert hits[0].id == "e" and {h.id for h in hits[1:]} == {"a", "b"}  # both terms, then one each (a tie)
+        assert hits[0].score > hits[1].score == hits[2].score > 0
+        chinese = await store.lexical_search(created.name, "alpha beta", 5, parse_filter({"lang": "zh"}), None)
+        assert [h.id for h in chinese] == ["e", "a"]
+        above = await store.lexical_search(created.name, "alpha beta", 5, None, hits[1].score + 1e-6)
+        assert [h.id for h in above] == ["e"]
+    async with aclosing(store_factory()) as store:  # reopened: the index is on disk; the shorter document first
+        assert [h.id for h in await store.lexical_search(created.name, "beta", 5, None, None)] == ["b", "e"]
+
+
 async def test_upsert_replaces_and_keeps_created_at(store_factory: StoreFactory) -> None:
     created = collection()
 
     async with aclosing(store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, DOCUMENTS, now=100)
-        await store.upsert(created.name, [DocumentWrite("a", "alpha 2", {"v": 2}, unit(9))], now=200)
+        await store.upsert(
+            created.name, [DocumentWrite("a", "alpha 2", {"v": 2}, unit(9), analyze("alpha 2"))], now=200
+        )
         (document,) = await store.get_documents(created.name, ["a", "missing"])
         assert (document.text, document.metadata, document.created_at, document.updated_at) == (
             "alpha 2",
@@ -128,9 +155,13 @@ async def test_a_reindex_walks_every_document_replaces_vectors_and_rewrites_the_
             if cursor is None:
                 break
         assert sorted(seen) == sorted(d.id for d in DOCUMENTS) and cursor is None
-        await store.set_vectors(created.name, {"a": unit(9), "b": unit(1)})
+        await store.set_index(created.name, {"a": IndexUpdate(unit(9), "omega"), "b": IndexUpdate(None, "beta")})
         hits = await store.search(created.name, unit(9), 1, None, None)
         assert (hits[0].id, round(hits[0].score, 4)) == ("a", 1.0)
+        assert [h.id for h in (await store.search(created.name, unit(2), 1, None, None))] == ["b"]  # kept
+        if store.lexical:
+            assert [h.id for h in await store.lexical_search(created.name, "omega", 5, None, None)] == ["a"]
+            assert await store.lexical_search(created.name, "alpha", 5, None, None) == []
         (document,) = await store.get_documents(created.name, ["a"])
         assert (document.text, document.metadata, document.created_at, document.updated_at) == (
             "alpha", DOCUMENTS[0].metadata, 100, 100,
@@ -223,7 +254,8 @@ async def test_the_embedded_index_is_built_in_a_child_and_swapped_in_without_los
     rng = np.random.default_rng(5)
     vectors = rng.standard_normal((3000, DIMENSIONS)).astype(np.float32)
     writes = [
-        DocumentWrite(str(n), f"text {n}", {"n": n}, vectors[n] / np.linalg.norm(vectors[n])) for n in range(3000)
+        DocumentWrite(str(n), f"text {n}", {"n": n}, vectors[n] / np.linalg.norm(vectors[n]), analyze(f"text {n}"))
+        for n in range(3000)
     ]
 
     def store() -> EmbeddedStore:
@@ -263,7 +295,10 @@ async def test_searches_never_wait_for_an_index_swap(tmp_path: Path, monkeypatch
     created = collection()
     rng = np.random.default_rng(6)
     vectors = rng.standard_normal((1500, DIMENSIONS)).astype(np.float32)
-    writes = [DocumentWrite(str(n), f"text {n}", {}, vectors[n] / np.linalg.norm(vectors[n])) for n in range(1500)]
+    writes = [
+        DocumentWrite(str(n), f"text {n}", {}, vectors[n] / np.linalg.norm(vectors[n]), analyze(f"text {n}"))
+        for n in range(1500)
+    ]
     loading, release = threading.Event(), threading.Event()
 
     def held_load(copy: Path, kept: list[Any]) -> Any:
@@ -309,7 +344,7 @@ async def test_a_shard_in_use_is_closed_only_after_its_last_read(tmp_path: Path)
 async def test_ids_and_values_with_quotes_and_backslashes_stay_data(store_factory: StoreFactory) -> None:
     created = collection()
     tricky = ['x" or id != "', "a\\", 'b\\" or 1==1 or \\"', "it's", "new\nline"]
-    writes = [DocumentWrite(i, f"text {n}", {"v": i}, unit(n)) for n, i in enumerate(tricky)]
+    writes = [DocumentWrite(i, f"text {n}", {"v": i}, unit(n), analyze(f"text {n}")) for n, i in enumerate(tricky)]
 
     async with aclosing(store_factory()) as store:
         await store.create_collection(created)
@@ -328,8 +363,8 @@ async def test_ids_and_values_with_quotes_and_backslashes_stay_data(store_factor
 async def test_a_field_with_values_of_two_types_filters_each(store_factory: StoreFactory) -> None:
     created = collection()
     writes = [
-        DocumentWrite("n", "number", {"size": 3}, unit(1)),
-        DocumentWrite("s", "string", {"size": "large"}, unit(2)),
+        DocumentWrite("n", "number", {"size": 3}, unit(1), analyze("number")),
+        DocumentWrite("s", "string", {"size": "large"}, unit(2), analyze("string")),
     ]
 
     async with aclosing(store_factory()) as store:

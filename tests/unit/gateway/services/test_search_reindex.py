@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from gateway.errors import ConflictError
+from gateway.search.analyzer import ANALYZER, analyze
 from gateway.search.documents import Collection
 from gateway.search.embedded import EmbeddedStore
 from gateway.search.store import DocumentWrite
@@ -56,7 +57,9 @@ class SwitchingEmbedder:
 async def stored_collection(store: EmbeddedStore, revision: str) -> None:
     await store.create_collection(Collection("c", "m", revision, DIMENSIONS, int(time.time()), None))
     vector = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)
-    documents = [DocumentWrite(f"d{n:03}", f"text {n}", {"n": n}, vector) for n in range(DOCUMENTS)]
+    documents = [
+        DocumentWrite(f"d{n:03}", f"text {n}", {"n": n}, vector, analyze(f"text {n}")) for n in range(DOCUMENTS)
+    ]
     await store.upsert("c", documents, now=1)
 
 
@@ -111,6 +114,36 @@ async def test_a_model_with_other_dimensions_is_refused_and_nothing_changes(tmp_
         assert refused.value.code == "dimensions_changed" and "create a new collection" in refused.value.message
         collection = await store.collection("c")
         assert (collection.model_revision, collection.reindex_task) == ("rev1", None)
+    finally:
+        await runner.aclose()
+        await store.aclose()
+
+
+async def test_a_collection_written_before_lexical_search_gets_its_terms_without_being_embedded_again(
+    tmp_path: Path,
+) -> None:
+    store = EmbeddedStore(tmp_path / "search")
+    await store.create_collection(Collection("c", "m", "rev1", DIMENSIONS, int(time.time()), None, lexical=None))
+    vector = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)
+    old = [DocumentWrite(f"d{n:03}", f"text {n}", {"n": n}, vector, "") for n in range(DOCUMENTS)]  # no terms
+    await store.upsert("c", old, now=1)
+    assert await store.lexical_search("c", analyze("text 5"), 3, None, None) == []
+    embedder = SwitchingEmbedder("rev1")  # the collection's own revision: nothing to re-embed
+    runner = jobs(tmp_path, store, embedder)
+    await runner.start()
+    try:
+        task, _ = await runner.submit("c")
+        while not task.state.terminal:
+            await asyncio.sleep(0.01)
+            task = await runner.get("c", task.id)
+        assert task.state == TaskState.COMPLETED and (task.result or {})["documents"] == DOCUMENTS
+        assert embedder.embedded == []
+        collection = await store.collection("c")
+        assert (collection.lexical, collection.model_revision, collection.reindex_task) == (ANALYZER, "rev1", None)
+        hits = await store.lexical_search("c", analyze("text 5"), 3, None, None)
+        assert hits[0].id == "d005" and len(hits) == 3  # every document has "text"; one has "5"
+        dense = await store.search("c", vector, 1, None, None)
+        assert dense[0].score > 0.99  # the vectors were kept
     finally:
         await runner.aclose()
         await store.aclose()
