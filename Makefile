@@ -9,6 +9,9 @@ STAMP := $(VENV)/.installed
 MODEL ?=
 MAX_LENGTH ?= 512
 QUERY_INSTRUCTION ?=
+# Its own variables, not MODEL: `make up` exports MODEL as the embedding model when none is installed.
+RERANKER_MODEL ?= BAAI/bge-reranker-v2-m3
+RERANKER_MAX_LENGTH ?= 512
 REPOSITORY := model_repository
 EXPORTED := $(REPOSITORY)/bge_onnx/1/model_int8.onnx
 export HF_HUB_OFFLINE ?= 1
@@ -17,7 +20,7 @@ GATEWAY_HTTP_PORT ?= 8080
 PROTO_OUT := gateway/grpc/pb/gateway/v1/gateway_pb2.py
 BENCH_PARTS := embeddings chat video caches keys search gpu
 
-.PHONY: help system-deps setup proto docs openapi export triton gateway up down demo eval-cache bench $(addprefix bench-,$(BENCH_PARTS)) soak helm-tools helm-lint helm-template test test-fast lint typecheck check clean
+.PHONY: help system-deps setup proto docs openapi export export-reranker triton gateway up down demo eval-cache bench $(addprefix bench-,$(BENCH_PARTS)) soak helm-tools helm-lint helm-template test test-fast lint typecheck check clean
 
 help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -57,6 +60,9 @@ openapi: $(STAMP) $(PROTO_OUT) ## rewrite gateway/openapi.json, the snapshot the
 export: $(STAMP) ## export MODEL (hub id or directory; default all-MiniLM-L6-v2) into model_repository/
 	$(PY) -m export --model "$(MODEL)" --repository $(REPOSITORY) --max-length $(MAX_LENGTH) \
 		--query-instruction "$(QUERY_INSTRUCTION)"
+
+export-reranker: $(STAMP) ## export the cross-encoder RERANKER_MODEL (hub id or directory; default BAAI/bge-reranker-v2-m3, RERANKER_MAX_LENGTH=512 tokens per pair) beside bge; `make up` serves it as `reranker`
+	$(PY) -m export.reranker --model "$(RERANKER_MODEL)" --repository $(REPOSITORY) --max-length $(RERANKER_MAX_LENGTH)
 
 $(EXPORTED): | $(STAMP)
 	$(PY) -m export --model "$(MODEL)" --repository $(REPOSITORY) --max-length $(MAX_LENGTH) \
@@ -187,3 +193,4 @@ check: $(STAMP) ## format, typecheck, lint
 clean: down ## remove the venv, generated models and run state
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache gateway/grpc/pb
 	rm -f $(REPOSITORY)/bge_onnx/1/*.onnx $(REPOSITORY)/bge_onnx/1/parity.json $(REPOSITORY)/bge_tokenizer/1/tokenizer.json
+	rm -rf $(REPOSITORY)/reranker $(REPOSITORY)/reranker_tokenizer $(REPOSITORY)/reranker_onnx

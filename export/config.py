@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from export.errors import UnsupportedModelError
 
@@ -45,6 +46,26 @@ DEFAULT_TOLERANCES: dict[Precision, Tolerance] = {
     Precision.FP16: Tolerance(min_cosine=0.999, mean_cosine=0.999),
     Precision.INT8: Tolerance(min_cosine=0.96, mean_cosine=0.99),
 }
+
+
+class GraphSpec(Protocol):
+    """What tracing a graph needs from an export config: the embedding's and the reranker's
+    (`export.reranker.config.RerankerOnnxConfig`) both fit."""
+
+    @property
+    def inputs(self) -> tuple[str, ...]: ...
+
+    @property
+    def output(self) -> str: ...
+
+    @property
+    def opset(self) -> int: ...
+
+    @property
+    def position_offset(self) -> int: ...
+
+    @property
+    def dynamic_axes(self) -> dict[str, dict[int, str]]: ...
 
 
 @dataclass(frozen=True)

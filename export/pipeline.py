@@ -22,7 +22,7 @@ import numpy.typing as npt
 from tokenizers import Tokenizer
 
 from export.checkpoint import Checkpoint, resolve_checkpoint
-from export.config import MODEL_FILES, EmbeddingOnnxConfig, Precision, Tolerance, onnx_config_for
+from export.config import MODEL_FILES, EmbeddingOnnxConfig, GraphSpec, Precision, Tolerance, onnx_config_for
 from export.errors import CheckpointError
 from export.graph import SentenceEmbedder, export_onnx, load_encoder
 from export.parity import (
@@ -95,7 +95,7 @@ def main_export(
             "files": {precision.value: path.name for precision, path in files.items()},
             "parity": {r.precision: r.as_dict() for r in results},
             "parity_texts": len(PARITY_TEXTS),
-            "versions": _versions(),
+            "versions": library_versions(),
             "export_seconds": round(time.monotonic() - started, 1),
         }
         report_file = staging / "parity.json"
@@ -109,7 +109,7 @@ def main_export(
     return report
 
 
-def effective_max_length(checkpoint: Checkpoint, onnx_config: EmbeddingOnnxConfig, requested: int) -> int:
+def effective_max_length(checkpoint: Checkpoint, onnx_config: GraphSpec, requested: int) -> int:
     if requested < 2:
         raise ValueError(f"max length must be >= 2 tokens, got {requested}")
     limit = checkpoint.max_position_embeddings - onnx_config.position_offset
@@ -144,12 +144,19 @@ def stage_tokenizer(checkpoint: Checkpoint, staging: Path) -> Path:
 
 
 def build_variants(checkpoint: Checkpoint, onnx_config: EmbeddingOnnxConfig, staging: Path) -> dict[Precision, Path]:
-    """FP32 from the weights, then FP16 and INT8 from FP32, with a bar over the variants on a terminal (where
-    transformers draws its own while the weights load)."""
+    """The embedding graph's variants (`make_variants`)."""
     embedder = SentenceEmbedder(load_encoder(checkpoint), checkpoint.pooling, onnx_config.uses_token_type_ids)
+    return make_variants(
+        checkpoint, staging, lambda out: export_onnx(embedder, onnx_config, out, checkpoint.hidden_size)
+    )
+
+
+def make_variants(checkpoint: Checkpoint, staging: Path, export_fp32: Callable[[Path], Path]) -> dict[Precision, Path]:
+    """FP32 by `export_fp32` (given the file to write), then FP16 and INT8 from FP32, with a bar over the variants
+    on a terminal (where transformers draws its own while the weights load)."""
     fp32 = staging / MODEL_FILES[Precision.FP32]
     makers: dict[Precision, Callable[[Path], Path]] = {
-        Precision.FP32: lambda out: export_onnx(embedder, onnx_config, out, checkpoint.hidden_size),
+        Precision.FP32: export_fp32,
         Precision.FP16: lambda out: to_fp16(fp32, out, checkpoint),
         Precision.INT8: lambda out: quantize_int8(fp32, out),
     }
@@ -180,7 +187,8 @@ def compare_variants(
     return results
 
 
-def _versions() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
+    """The versions an export report records: what made the graphs and what checked them."""
     import onnx
     import onnxruntime
     import sentence_transformers

@@ -39,6 +39,7 @@ MAX_BATCH_SIZE = 256
 PREFERRED_BATCH_SIZES = (8, 16, 32, 64)
 MAX_QUEUE_DELAY_US = 2000
 WARMUP_TOKENS = 128
+TOKEN_INPUTS = ("INPUT_IDS", "ATTENTION_MASK")
 
 
 @dataclass(frozen=True)
@@ -53,24 +54,23 @@ class ServedModel:
     query_instruction: str = ""  # put before search queries (the gateway reads it from the ensemble's config)
 
 
-def _params(config: mc.ModelConfig, values: dict[str, str]) -> None:
+def set_parameters(config: mc.ModelConfig, values: dict[str, str]) -> None:
     for key, value in values.items():
         config.parameters[key].string_value = value
 
 
+def model_parameters(name: str, revision: str, max_sequence_length: int) -> dict[str, str]:
+    """What every config of a served model names (the gateway reads them from the ensemble's, caches key on them)."""
+    return {"model_name": name, "model_revision": revision, "max_sequence_length": str(max_sequence_length)}
+
+
 def _model_params(model: ServedModel) -> dict[str, str]:
-    return {
-        "model_name": model.name,
-        "model_revision": model.revision,
-        "max_sequence_length": str(model.max_sequence_length),
-    }
+    return model_parameters(model.name, model.revision, model.max_sequence_length)
 
 
-def _token_tensors(ragged: bool) -> list[mc.ModelInput]:
-    return [
-        mc.ModelInput(name=name, data_type=mc.TYPE_INT64, dims=[-1], allow_ragged_batch=ragged)
-        for name in ("INPUT_IDS", "ATTENTION_MASK")
-    ]
+def token_tensors(ragged: bool, names: tuple[str, ...] = TOKEN_INPUTS) -> list[mc.ModelInput]:
+    """[-1] int64 inputs; `ragged`: requests of any token length batch together (python backend)."""
+    return [mc.ModelInput(name=name, data_type=mc.TYPE_INT64, dims=[-1], allow_ragged_batch=ragged) for name in names]
 
 
 def tokenizer_config(model: ServedModel) -> mc.ModelConfig:
@@ -88,7 +88,7 @@ def tokenizer_config(model: ServedModel) -> mc.ModelConfig:
     config.dynamic_batching.max_queue_delay_microseconds = 500
     # One thread: beside bge_onnx's CPU runs, which keep every core busy, the Rust tokenizer's thread pool buys no
     # time and adds its threads' wake-ups (docs/benchmarks.md). "true" pays where the cores are otherwise idle.
-    _params(config, {**_model_params(model), "parallel_tokenization": "false"})
+    set_parameters(config, {**_model_params(model), "parallel_tokenization": "false"})
     warmup = config.model_warmup.add(name="sample_text", batch_size=8)
     warmup.inputs["TEXT"].CopyFrom(
         mc.ModelWarmup.Input(data_type=mc.TYPE_STRING, dims=[1], input_data_file=WARMUP_TEXT_FILE)
@@ -99,27 +99,29 @@ def tokenizer_config(model: ServedModel) -> mc.ModelConfig:
 def encoder_config(model: ServedModel) -> mc.ModelConfig:
     """Python-backend ONNX Runtime model; requests of any token length batch together."""
     config = mc.ModelConfig(name=ENCODER, backend="python", max_batch_size=MAX_BATCH_SIZE)
-    config.input.extend(_token_tensors(ragged=True))
+    config.input.extend(token_tensors(ragged=True))
     config.output.append(mc.ModelOutput(name="EMBEDDING", data_type=mc.TYPE_FP32, dims=[model.dimension]))
     config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1))
     # No queue delay and no preferred sizes: a free instance takes every queued request at once (up to
     # MAX_BATCH_SIZE). Under load requests queue while a batch runs, so batches grow by themselves; a timer
     # would hold a lone request back by its whole delay and, with batches already growing under load, gain nothing.
     config.dynamic_batching.SetInParent()
-    _params(
-        config,
-        {
-            **_model_params(model),
-            "cpu_precision": model.cpu_precision,  # int8 | fp32 on KIND_CPU instances
-            "gpu_execution_provider": "cuda",  # cuda (FP16 graph) | tensorrt (FP32 graph, FP16 engine)
-            "parallel_runs": "0",  # 0: on KIND_CPU, one single-threaded run per core (encoder.plan_session)
-            "intra_op_threads": "0",  # 0: the cores this process may use, shared by the CPU instances and runs
-            "allow_spinning": "false",  # idle ONNX Runtime workers sleep: the cores are shared
-            "padding_ratio": "1.15",  # a chunk's padded area over its real tokens (encoder.chunk_sizes)
-        },
-    )
-    _add_token_warmup(config)
+    set_parameters(config, {**_model_params(model), **runtime_parameters(model.cpu_precision)})
+    add_token_warmup(config)
     return config
+
+
+def runtime_parameters(cpu_precision: str) -> dict[str, str]:
+    """How a python-backend ONNX Runtime model runs its graph (read by `encoder.plan_session`, which `bge_onnx` and
+    `reranker_onnx` share)."""
+    return {
+        "cpu_precision": cpu_precision,  # int8 | fp32 on KIND_CPU instances
+        "gpu_execution_provider": "cuda",  # cuda (FP16 graph) | tensorrt (FP32 graph, FP16 engine)
+        "parallel_runs": "0",  # 0: on KIND_CPU, one single-threaded run per core (encoder.plan_session)
+        "intra_op_threads": "0",  # 0: the cores this process may use, shared by the CPU instances and runs
+        "allow_spinning": "false",  # idle ONNX Runtime workers sleep: the cores are shared
+        "padding_ratio": "1.15",  # a chunk's padded area over its real tokens (encoder.chunk_sizes)
+    }
 
 
 def native_encoder_config(model: ServedModel) -> mc.ModelConfig:
@@ -128,7 +130,7 @@ def native_encoder_config(model: ServedModel) -> mc.ModelConfig:
         name=ENCODER, platform="onnxruntime_onnx", max_batch_size=MAX_BATCH_SIZE, default_model_filename="model.onnx"
     )
     # The native backend needs equal shapes in a batch, so no ragged batching here.
-    config.input.extend(_token_tensors(ragged=False))
+    config.input.extend(token_tensors(ragged=False))
     config.output.append(mc.ModelOutput(name="EMBEDDING", data_type=mc.TYPE_FP32, dims=[model.dimension]))
     config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_GPU, count=1))
     config.dynamic_batching.preferred_batch_size.extend(PREFERRED_BATCH_SIZES)
@@ -142,18 +144,18 @@ def native_encoder_config(model: ServedModel) -> mc.ModelConfig:
             "trt_engine_cache_path": TENSORRT_CACHE_PATH,
         }
     )
-    _params(config, _model_params(model))
-    _add_token_warmup(config)
+    set_parameters(config, _model_params(model))
+    add_token_warmup(config)
     return config
 
 
-def _add_token_warmup(config: mc.ModelConfig) -> None:
-    warmup = config.model_warmup.add(name=f"batch8_len{WARMUP_TOKENS}", batch_size=8)
-    for name in ("INPUT_IDS", "ATTENTION_MASK"):
-        # Token id 0 is in every vocabulary; an all-zero mask still runs every kernel.
-        warmup.inputs[name].CopyFrom(
-            mc.ModelWarmup.Input(data_type=mc.TYPE_INT64, dims=[WARMUP_TOKENS], zero_data=True)
-        )
+def add_token_warmup(
+    config: mc.ModelConfig, names: tuple[str, ...] = TOKEN_INPUTS, tokens: int = WARMUP_TOKENS
+) -> None:
+    warmup = config.model_warmup.add(name=f"batch8_len{tokens}", batch_size=8)
+    for name in names:
+        # Token id 0 is in every vocabulary (and a valid token type); an all-zero mask still runs every kernel.
+        warmup.inputs[name].CopyFrom(mc.ModelWarmup.Input(data_type=mc.TYPE_INT64, dims=[tokens], zero_data=True))
 
 
 def ensemble_config(model: ServedModel) -> mc.ModelConfig:
@@ -180,9 +182,9 @@ def ensemble_config(model: ServedModel) -> mc.ModelConfig:
     encode = config.ensemble_scheduling.step.add(model_name=ENCODER, model_version=-1)
     encode.input_map.update({"INPUT_IDS": "input_ids", "ATTENTION_MASK": "attention_mask"})
     encode.output_map["EMBEDDING"] = "EMBEDDING"
-    _params(config, _model_params(model))
+    set_parameters(config, _model_params(model))
     if model.query_instruction:  # a model without one keeps the configs it had
-        _params(config, {"query_instruction": model.query_instruction})
+        set_parameters(config, {"query_instruction": model.query_instruction})
     return config
 
 
@@ -233,17 +235,18 @@ def install(repository: Path, model: ServedModel, encoder_files: list[Path], tok
     targets = {f: repository / ENCODER / "1" / f.name for f in encoder_files}
     targets[tokenizer_file] = repository / TOKENIZER / "1" / "tokenizer.json"
     for source, target in targets.items():
-        _replace(target, partial(shutil.move, source))
+        replace_file(target, partial(shutil.move, source))
     for relative, text in rendered_configs(model).items():
-        _replace(repository / relative, partial(_write_text, text))
+        replace_file(repository / relative, partial(write_text, text))
     (repository / ENSEMBLE / "1").mkdir(parents=True, exist_ok=True)
 
 
-def _write_text(text: str, path: Path) -> None:
+def write_text(text: str, path: Path) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _replace(target: Path, write: Callable[[Path], object]) -> None:
+def replace_file(target: Path, write: Callable[[Path], object]) -> None:
+    """`write` a file beside `target`, then rename it over `target`: a reader sees the old file or the new one."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
     write(tmp)

@@ -24,7 +24,7 @@ pytest_plugins = [
 ]
 
 # What `make export` and localtriton read, besides every variable of the gateway's settings.
-TOOL_VARIABLES = ("MODEL", "TRITON_HTTP_PORT", "TRITON_GRPC_PORT", "TRITON_METRICS_PORT")
+TOOL_VARIABLES = ("MODEL", "RERANKER_MODEL", "TRITON_HTTP_PORT", "TRITON_GRPC_PORT", "TRITON_METRICS_PORT")
 
 
 @pytest.fixture(scope="session")

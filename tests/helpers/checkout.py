@@ -14,6 +14,7 @@ def copy_tracked_repository(dest: Path) -> Path:
     shutil.copytree(
         TRACKED_REPOSITORY,
         dest,
-        ignore=shutil.ignore_patterns("*.onnx", "parity.json", "tokenizer.json", "__pycache__"),
+        # the reranker (if one was exported here) is generated whole: no part of it is tracked
+        ignore=shutil.ignore_patterns("*.onnx", "parity.json", "tokenizer.json", "__pycache__", "reranker*"),
     )
     return dest
