@@ -13,7 +13,7 @@ from gateway.auth import PUBLIC_PATHS
 from gateway.errors import install_error_handlers
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
-from gateway.routes import admin, callbacks, chat, docs, embeddings, health, models, search, usage, video
+from gateway.routes import admin, callbacks, chat, docs, embeddings, health, models, rerank, search, usage, video
 from gateway.routes.key_middleware import KeyMiddleware
 from gateway.services.embeddings import Embedder
 from gateway.settings import Settings, deprecated_variables, renamed_variables
@@ -24,7 +24,7 @@ from gateway.wiring.shared import shared_redis
 
 log = logging.getLogger(__name__)
 
-ROUTERS = (embeddings, chat, models, video, search, callbacks, admin, usage, health, docs)
+ROUTERS = (embeddings, chat, models, video, search, rerank, callbacks, admin, usage, health, docs)
 
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
@@ -49,7 +49,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             state = app.state
             state.key_admin, state.usage, state.redis = keys.admin, keys.usage, redis
             state.embeddings, state.chat, state.video = services.embeddings, services.chat, services.video
-            state.search, state.models = services.search, services.models
+            state.search, state.rerank, state.models = services.search, services.rerank, services.models
             state.grpc = grpc_server(settings, services, keys, in_flight, watchers)
             await state.grpc.start()
             stack.push_async_callback(state.grpc.stop, settings.server.shutdown_grace_seconds)

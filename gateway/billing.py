@@ -9,6 +9,7 @@ middleware for REST and by the interceptor for gRPC); what its records cost is a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from gateway.protocol.video import ImageGenerationRequest
 from gateway.search.store import VectorStore
 from gateway.services.chat import CacheResult, ChatService, estimate_tokens, usage_requested
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService, InputType
+from gateway.services.rerank import RerankResult, RerankService
 from gateway.services.search import NewDocument, SearchResult, SearchService, UpsertResult
 from gateway.services.search_reindex import ReindexJobs
 from gateway.services.video import VideoService
@@ -155,8 +157,9 @@ class BilledSearch(SearchService):
         limits: LimitSettings,
         usage: UsageRecorder,
         jobs: ReindexJobs | None = None,
+        reranker: RerankService | None = None,
     ) -> None:
-        super().__init__(store, embeddings, limits, jobs)
+        super().__init__(store, embeddings, limits, jobs, reranker)
         self._usage = usage
 
     async def upsert(self, name: str, documents: Sequence[NewDocument], *, use_cache: bool = True) -> UpsertResult:
@@ -166,5 +169,23 @@ class BilledSearch(SearchService):
 
     async def search(self, name: str, query: str, **options: Any) -> SearchResult:
         result = await super().search(name, query, **options)
+        charge(*self._usage.record(current_key(), result.model, result.usage))
+        if result.reranked is not None:  # the reranker's share, under its own model (and price): no request more
+            usage = dataclasses.replace(result.reranked.usage, requests=0)
+            charge(*self._usage.record(current_key(), result.reranked.model, usage))
+        return result
+
+
+class BilledRerank:
+    """Reranks on the caller's usage record: documents scored and the pairs' tokens, under the reranker's model."""
+
+    def __init__(self, service: RerankService, usage: UsageRecorder) -> None:
+        self.service = service
+        self._usage = usage
+
+    async def rerank(
+        self, query: str, documents: Sequence[str], *, top_n: int | None = None, model: str | None = None
+    ) -> RerankResult:
+        result = await self.service.rerank(query, documents, top_n=top_n, model=model)
         charge(*self._usage.record(current_key(), result.model, result.usage))
         return result

@@ -22,7 +22,7 @@ from gateway.grpc.servicer import first_error
 from gateway.protocol.base import MAX_NESTING_DEPTH, check_json
 from gateway.protocol.search import DocumentIn
 from gateway.protocol.unicode import dotted, printable
-from gateway.services.search import Collection, Document, Fusion, NewDocument, SearchService, Task
+from gateway.services.search import RERANK_CANDIDATES, Collection, Document, Fusion, NewDocument, SearchService, Task
 from gateway.services.search_reindex import public_progress
 
 M = TypeVar("M", bound=BaseModel)
@@ -101,6 +101,7 @@ class SearchServicer:
             min_score=min_score,
             mode=request.mode or "dense",
             fusion=fusion(request.fusion) if request.HasField("fusion") else None,
+            rerank_candidates=rerank_candidates(request),
             use_cache=not request.no_cache,
         )
         context.set_trailing_metadata((("x-cache", "hit" if result.cached else "miss"),))
@@ -134,6 +135,12 @@ class SearchServicer:
         async with aclosing(changes):  # a cancelled call stops the watch (and its store subscription)
             async for task in changes:
                 yield reindex_message(task)
+
+
+def rerank_candidates(request: pb.SearchRequest) -> int | None:
+    if not request.HasField("rerank"):
+        return None
+    return request.rerank.candidates if request.rerank.HasField("candidates") else RERANK_CANDIDATES
 
 
 def fusion(message: pb.SearchFusion) -> Fusion:

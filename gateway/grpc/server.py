@@ -10,6 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from gateway.billing import BilledRerank
 from gateway.grpc.interceptors import GatewayInterceptor
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.grpc.search_servicer import SearchServicer
@@ -21,6 +22,7 @@ from gateway.grpc.servicer import (
     ImagesServicer,
     ModelsBackend,
     ModelsServicer,
+    RerankServicer,
     VideoBackend,
 )
 from gateway.keys.gatekeeper import Gatekeeper
@@ -33,6 +35,7 @@ CHAT_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Chat"].full_name
 IMAGES_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Images"].full_name
 MODELS_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Models"].full_name
 SEARCH_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Search"].full_name
+RERANK_SERVICE: str = gateway_pb2.DESCRIPTOR.services_by_name["Rerank"].full_name
 
 # The generated registration functions are untyped; these names give them the signatures mypy checks.
 _add_embeddings: Callable[[EmbeddingsServicer, grpc.aio.Server], None] = (
@@ -42,6 +45,7 @@ _add_chat: Callable[[ChatServicer, grpc.aio.Server], None] = gateway_pb2_grpc.ad
 _add_images: Callable[[ImagesServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ImagesServicer_to_server
 _add_models: Callable[[ModelsServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_ModelsServicer_to_server
 _add_search: Callable[[SearchServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_SearchServicer_to_server
+_add_rerank: Callable[[RerankServicer, grpc.aio.Server], None] = gateway_pb2_grpc.add_RerankServicer_to_server
 
 
 @dataclass
@@ -90,6 +94,7 @@ def create_grpc_server(
     video: VideoBackend | None = None,
     models: ModelsBackend | None = None,
     search: SearchService | None = None,
+    rerank: BilledRerank | None = None,
     in_flight: InFlightLimit | None = None,
     watchers: InFlightLimit | None = None,
     timeout_seconds: float | None = None,
@@ -98,7 +103,7 @@ def create_grpc_server(
 ) -> GrpcServer:
     """Call inside the running event loop that will serve it; then `await GrpcServer.start()`.
 
-    Chat, Images, Models and Search are served only when their backend is given; health and reflection list
+    Chat, Images, Models, Search and Rerank are served only when their backend is given; health and reflection list
     what is served.
     `max_message_bytes` (REST's body limit) bounds a request message; gRPC's own default is 4 MiB.
     `max_connection_age` (seconds, grace seconds) sends clients a GOAWAY after that long, so that they reconnect.
@@ -127,6 +132,9 @@ def create_grpc_server(
     if search is not None:
         _add_search(SearchServicer(search), server)
         services.append(SEARCH_SERVICE)
+    if rerank is not None:
+        _add_rerank(RerankServicer(rerank), server)
+        services.append(RERANK_SERVICE)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection((*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server)

@@ -11,7 +11,7 @@ import grpc
 from pydantic import ValidationError
 
 from gateway.auth import caller_identity
-from gateway.billing import ChatStream
+from gateway.billing import BilledRerank, ChatStream
 from gateway.errors import InvalidRequestError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
 from gateway.protocol.base import MAX_NESTING_DEPTH
@@ -264,3 +264,29 @@ class ModelsServicer:
     async def List(self, request: pb.ListModelsRequest, context: grpc.aio.ServicerContext) -> pb.ModelList:
         listed = await self._backend.list_models()
         return pb.ModelList(data=[pb.Model(id=m.id, created=m.created, owned_by=m.owned_by) for m in listed])
+
+
+class RerankServicer:
+    """`gateway.v1.Rerank`: REST's POST /v1/rerank."""
+
+    def __init__(self, backend: BilledRerank) -> None:
+        self._backend = backend
+
+    async def Rerank(self, request: pb.RerankRequest, context: grpc.aio.ServicerContext) -> pb.RerankResponse:
+        documents = list(request.documents)
+        result = await self._backend.rerank(
+            request.query,
+            documents,
+            top_n=request.top_n if request.HasField("top_n") else None,
+            model=request.model or None,
+        )
+        results = [
+            pb.RerankResult(
+                index=r.index,
+                relevance_score=r.relevance_score,
+                document=documents[r.index] if request.return_documents else "",
+            )
+            for r in result.results
+        ]
+        usage = pb.Usage(prompt_tokens=result.tokens, total_tokens=result.tokens)
+        return pb.RerankResponse(model=result.model, results=results, usage=usage)

@@ -15,6 +15,7 @@ _REST_PREFIXES: tuple[tuple[str, str], ...] = (
     ("/v1/admin/", "admin"),
     ("/v1/models", "models"),
     ("/v1/usage", "usage"),
+    ("/v1/rerank", "rerank"),
 )
 _GRPC_SERVICES = {
     "gateway.v1.Embeddings": "embeddings",
@@ -22,6 +23,7 @@ _GRPC_SERVICES = {
     "gateway.v1.Images": "video",
     "gateway.v1.Search": "search",
     "gateway.v1.Models": "models",
+    "gateway.v1.Rerank": "rerank",
 }
 OTHER = "other"  # docs and anything else: any valid key, no scope, no per-family limit
 

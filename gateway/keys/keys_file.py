@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gateway.keys.model import ALL_SCOPES, ApiKey, KeyLimits, display_prefix, hash_secret, key_id_for
+from gateway.keys.model import ALL_SCOPES, ApiKey, KeyLimits, display_prefix, hash_secret, key_id_for, stored_scopes
 
 
 class KeysFileError(ValueError):
@@ -72,7 +72,7 @@ def _key(entry: Any, index: int) -> ApiKey:
     secret_hash = hash_secret(str(secret)) if secret else str(digest).lower()
     if len(secret_hash) != 64 or any(c not in "0123456789abcdef" for c in secret_hash):
         raise KeysFileError(f"{where} ({entry['name']}): 'secret_sha256' must be 64 hex digits")
-    scopes = frozenset(str(s) for s in entry.get("scopes") or ALL_SCOPES)
+    scopes = stored_scopes([str(s) for s in entry.get("scopes") or []])
     if unknown := scopes - ALL_SCOPES:
         raise KeysFileError(f"{where} ({entry['name']}): unknown scopes {sorted(unknown)}; known: {sorted(ALL_SCOPES)}")
     return ApiKey(

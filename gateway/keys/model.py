@@ -14,16 +14,18 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-Scope = Literal["embeddings", "chat", "video", "search", "admin"]
+Scope = Literal["embeddings", "chat", "video", "search", "rerank", "admin"]
 ALL_SCOPES: frozenset[str] = frozenset(get_args(Scope))
+# A key stored with every feature's scope of 0.2 (before `rerank`) could call every feature: it still can.
+FEATURES_OF_0_2 = frozenset({"embeddings", "chat", "video", "search"})
 # Route families a request is limited by (requests per minute) and needs the scope of.
-Family = Literal["embeddings", "chat", "video", "search", "admin", "models", "usage"]
+Family = Literal["embeddings", "chat", "video", "search", "rerank", "admin", "models", "usage"]
 SECRET_PREFIX = "sk-"
 UNNAMED_TEAM = "default"  # the team of GATEWAY_API_KEYS' unnamed keys
 
 
 class TokenBudget(BaseModel):
-    """A monthly budget counted in tokens (chat prompt + completion, embedding tokens)."""
+    """A monthly budget counted in tokens (chat prompt + completion, embedding and rerank tokens)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -119,7 +121,7 @@ class ApiKey:
             prefix=str(record["prefix"]),
             name=str(record["name"]),
             team=str(record["team"]),
-            scopes=frozenset(record.get("scopes") or ALL_SCOPES),
+            scopes=stored_scopes(record.get("scopes")),
             limits=KeyLimits.model_validate(record.get("limits") or {}),
             created_at=float(record.get("created_at") or 0.0),
             expires_at=_optional_float(record.get("expires_at")),
@@ -149,6 +151,14 @@ def key_id_for(secret_hash: str) -> str:
     """A stable public id for a key that has none of its own (GATEWAY_API_KEYS, a file entry without `id`):
     derived from the hash, so that replicas agree on it and usage survives restarts."""
     return "key_" + secret_hash[:16]
+
+
+def stored_scopes(scopes: list[str] | None) -> frozenset[str]:
+    """A stored key's scopes: none stored means all; every feature's scope of 0.2 gains `rerank`."""
+    if not scopes:
+        return ALL_SCOPES
+    held = frozenset(scopes)
+    return held | {"rerank"} if held >= FEATURES_OF_0_2 else held
 
 
 def _optional_float(value: Any) -> float | None:

@@ -137,15 +137,23 @@ class FusionIn(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     method: Literal["rrf", "weighted"] = Field(
-        "rrf",
-        description="rrf: reciprocal rank fusion, sum of weight / (k + rank) over the lists; weighted: each list's "
-        "scores scaled to [0, 1] by its minimum and maximum, then summed with the weights.",
+        "weighted",
+        description="weighted: each list's scores scaled to [0, 1] by its minimum and maximum, then summed with the "
+        "weights; rrf: reciprocal rank fusion, sum of weight / (k + rank) over the lists.",
     )
     k: StrictInt = Field(60, description="rrf's constant, 1 to 10,000.")
     weights: dict[str, float] | None = Field(
         None, description='By list, 0 to 100: {"dense": 1, "lexical": 1}; a list left out weighs 1.'
     )
     candidates: StrictInt = Field(50, description="Taken from each list before fusing, 1 to 1,000 (at least top_k).")
+
+
+class RerankIn(RequestModel):
+    model_config = ConfigDict(extra="forbid")
+
+    candidates: StrictInt = Field(
+        50, description="The mode's best this many are scored by the reranker, 1 to 1,000 (at least top_k)."
+    )
 
 
 class SearchRequest(RequestModel):
@@ -169,19 +177,25 @@ class SearchRequest(RequestModel):
         description="dense: by meaning (the query's vector, cosine); lexical: by words (BM25 over the analyzed "
         "text: English stemmed, Chinese segmented); hybrid: both, fused.",
     )
-    fusion: FusionIn | None = Field(None, description="Hybrid only: how the two lists are fused (default: rrf).")
+    fusion: FusionIn | None = Field(None, description="Hybrid only: how the two lists are fused (default: weighted).")
+    rerank: RerankIn | None = Field(
+        None,
+        description="Order the mode's best candidates by the served reranker (a cross-encoder); the hits' score "
+        "becomes its relevance (score_type relevance), their scores keep the retrieval's.",
+    )
 
 
 class SearchHit(BaseModel):
     id: str
     score: float = Field(description="The mode's score, higher is better: see score_type.")
-    score_type: Literal["cosine", "bm25", "rrf", "weighted"] = Field(
+    score_type: Literal["cosine", "bm25", "rrf", "weighted", "relevance"] = Field(
         description="cosine: similarity of the query and the document (dense); bm25 (lexical); rrf or weighted: the "
-        "fused score (hybrid)."
+        "fused score (hybrid); relevance: the reranker's, in [0, 1] (rerank)."
     )
     scores: dict[str, float] | None = Field(
         None,
-        description="Hybrid only: the hit's score in each list that found it (dense: cosine, lexical: BM25).",
+        description="Hybrid: the hit's score in each list that found it (dense: cosine, lexical: BM25); reranked: "
+        "those, or the mode's score as `retrieval`.",
     )
     text: str
     metadata: dict[str, Any]

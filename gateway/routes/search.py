@@ -131,6 +131,7 @@ async def search(body: SearchRequest, request: Request, name: str = NAME) -> Res
         min_score=body.min_score,
         mode=body.mode,
         fusion=None if fusion is None else Fusion(fusion.method, fusion.k, fusion.weights, fusion.candidates),
+        rerank_candidates=None if body.rerank is None else body.rerank.candidates,
         use_cache=cache_allowed(request),
     )
     return Response(search_response_json(body.query, result), media_type="application/json")

@@ -1,11 +1,11 @@
 """Hybrid search's fusion of the dense and the lexical lists into one, as the engines do it:
 
-- `rrf`, reciprocal rank fusion (Elasticsearch, Qdrant, Milvus, Weaviate's `rankedFusion`): a document scores
-  sum(weight / (k + rank)) over the lists that hold it, rank counted from 1. Ranks only: the two scores' scales
-  never meet, which is why it is the default.
-- `weighted` (Weaviate's `relativeScoreFusion`, Milvus's `WeightedRanker` on normalised scores): each list's
-  scores are scaled to [0, 1] by its own minimum and maximum, then summed with the weights; a document missing
-  from a list gets 0 from it.
+- `weighted` (Weaviate's `relativeScoreFusion`, its default, and Milvus's `WeightedRanker` on normalised
+  scores): each list's scores are scaled to [0, 1] by its own minimum and maximum, then summed with the weights;
+  a document missing from a list gets 0 from it. The default: it keeps how far apart the scores are, which ranks
+  alone lose, and scored above rrf at every setting tried on the tuning sets (docs/benchmarks.md).
+- `rrf`, reciprocal rank fusion (Elasticsearch, Qdrant, Milvus): a document scores sum(weight / (k + rank)) over
+  the lists that hold it, rank counted from 1. Ranks only: the two scores' scales never meet.
 
 Each fused hit keeps the scores it had in each list (`Hit.scores`).
 """
@@ -33,7 +33,7 @@ MAX_CANDIDATES = 1000
 class Fusion:
     """How hybrid search fuses; checked when made (400 naming the field)."""
 
-    method: FusionMethod = "rrf"
+    method: FusionMethod = "weighted"
     k: int = RRF_K  # rrf only
     weights: Mapping[str, float] | None = None  # by list name; a list left out weighs 1
     candidates: int = CANDIDATES  # taken from each list (at least the search's top_k)

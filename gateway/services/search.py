@@ -11,6 +11,7 @@ upserts and searches answer 409 (vectors of two revisions are never compared or 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ from gateway.errors import (
     PayloadTooLargeError,
     UpstreamUnavailableError,
 )
-from gateway.protocol.unicode import has_lone_surrogate, is_blank
 from gateway.search.analyzer import ANALYZER, analyze, analyze_many
 from gateway.search.documents import (
     Collection,
@@ -39,10 +39,13 @@ from gateway.search.filters import Filter, parse_filter
 from gateway.search.fusion import Fusion, fuse
 from gateway.search.store import DocumentWrite, LexicalSearchUnavailableError, VectorStore
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService
+from gateway.services.rerank import MAX_DOCUMENTS as MAX_RERANK_DOCUMENTS
+from gateway.services.rerank import RERANKER_ALIAS, RerankResult, RerankService
 from gateway.services.search_reindex import ReindexJobs
+from gateway.services.texts import check_text
 from gateway.settings import LimitSettings
 from gateway.tasks.model import Task
-from gateway.upstreams.triton import ModelInfo
+from gateway.upstreams.triton import ModelInfo, RerankerNotServedError
 from gateway.usage.record import Usage
 
 # Collection, Document and Task are what the transports are handed: they import them from here, not from the stores.
@@ -69,7 +72,8 @@ __all__ = [
 ]  # fmt: skip
 
 SEARCH_MODES = ("dense", "lexical", "hybrid")
-ScoreType = Literal["cosine", "bm25", "rrf", "weighted"]
+ScoreType = Literal["cosine", "bm25", "rrf", "weighted", "relevance"]
+RERANK_CANDIDATES = 50  # hits of the search's mode the reranker scores when a search asks for a rerank
 MAX_DOCUMENTS_PER_CALL = 1000
 MAX_TOP_K = 100
 MAX_COLLECTION_METADATA_BYTES = 16 * 1024
@@ -104,6 +108,7 @@ class SearchResult:
     model: str
     score_type: ScoreType  # what each hit's `score` is
     embedded: bool = True  # the query was embedded (every mode but lexical)
+    reranked: RerankResult | None = None  # the reranker's call, where the search asked for one
 
     @property
     def usage(self) -> Usage:
@@ -136,11 +141,13 @@ class SearchService:
         embeddings: EmbeddingService,
         limits: LimitSettings,
         jobs: ReindexJobs | None = None,
+        reranker: RerankService | None = None,
     ) -> None:
         self._backend = store
         self._embeddings = embeddings
         self._limits = limits
         self._jobs = jobs
+        self._reranker = reranker
 
     def check_enabled(self) -> None:
         """Raise `SearchDisabledError` when search is disabled (the REST routes call it before reading a body)."""
@@ -294,38 +301,76 @@ class SearchService:
         min_score: float | None = None,
         mode: str = "dense",
         fusion: Fusion | None = None,
+        rerank_candidates: int | None = None,
         use_cache: bool = True,
     ) -> SearchResult:
         """`mode`: dense (by meaning: the query's vector), lexical (BM25 over the analyzer's terms) or hybrid
-        (both, fused by `fusion`); `min_score` applies to the mode's score."""
+        (both, fused by `fusion`). `rerank_candidates`: the reranker scores that many of the mode's best hits and
+        the best `top_k` of them come back by its relevance. `min_score` applies to the score answered."""
         store = self._store
         check_collection_name(name)
         if not 1 <= top_k <= MAX_TOP_K:
             raise InvalidRequestError(f"top_k is 1 to {MAX_TOP_K}, got {top_k}", param="top_k")
         self._check_text(query, "query")
         check_mode(mode, fusion)
+        if rerank_candidates is not None:
+            check_rerank(rerank_candidates, top_k)
         parsed = parse_filter(where) if where else None  # {} filters nothing out
         collection = await self._current(name)
         if mode != "dense":
             check_lexical(collection, store)
+        depth, kept = (top_k, min_score) if rerank_candidates is None else (rerank_candidates, None)
+        result = await self._retrieve(collection, query, mode, fusion, depth, parsed, kept, use_cache)
+        if rerank_candidates is None:
+            return result
+        reranked = await self._rerank(query, result.hits, top_k, min_score)
+        return dataclasses.replace(result, hits=reranked[0], score_type="relevance", reranked=reranked[1])
+
+    async def _retrieve(
+        self,
+        collection: Collection,
+        query: str,
+        mode: str,
+        fusion: Fusion | None,
+        top_k: int,
+        where: Filter | None,
+        min_score: float | None,
+        use_cache: bool,
+    ) -> SearchResult:
+        name, store = collection.name, self._store
         if mode == "lexical":
-            hits = await self._lexical(name, query, top_k, parsed, min_score)
+            hits = await self._lexical(name, query, top_k, where, min_score)
             return SearchResult(hits, 0, False, collection.model, "bm25", embedded=False)
         embedding = self._embeddings.embed(
             [query], use_cache=use_cache, input_type="query", instruction=collection.query_instruction
         )
         if mode == "dense":
             result = await embedding
-            hits = await store.search(name, result.vectors[0], top_k, parsed, min_score)
+            hits = await store.search(name, result.vectors[0], top_k, where, min_score)
             return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model, "cosine")
         fusion = fusion or Fusion()
         depth = max(top_k, fusion.candidates)
         lexical, (result, dense) = await asyncio.gather(
-            self._lexical(name, query, depth, parsed, None), self._dense(name, embedding, depth, parsed)
+            self._lexical(name, query, depth, where, None), self._dense(name, embedding, depth, where)
         )
         hits = fuse({"dense": dense, "lexical": lexical}, fusion, top_k)
         hits = [h for h in hits if min_score is None or h.score >= min_score]
         return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model, fusion.method)
+
+    async def _rerank(
+        self, query: str, hits: list[Hit], top_k: int, min_score: float | None
+    ) -> tuple[list[Hit], RerankResult | None]:
+        """The hits by the reranker's relevance, best `top_k`; each keeps its retrieval scores in `scores`."""
+        if self._reranker is None:
+            raise RerankerNotServedError(RERANKER_ALIAS)
+        if not hits:
+            return [], None
+        ranked = await self._reranker.rerank(query, [h.text for h in hits], top_n=top_k)
+        reranked = [
+            dataclasses.replace(hits[r.index], score=r.relevance_score, scores=retrieval_scores(hits[r.index]))
+            for r in ranked.results
+        ]
+        return [h for h in reranked if min_score is None or h.score >= min_score], ranked
 
     async def _lexical(
         self, name: str, query: str, top_k: int, where: Filter | None, min_score: float | None
@@ -351,15 +396,7 @@ class SearchService:
         check_metadata(document.metadata, f"documents[{index}].metadata")
 
     def _check_text(self, text: str, where: str) -> None:
-        param = where.split("[", 1)[0].split(".", 1)[0]
-        if is_blank(text):
-            raise InvalidRequestError(f"{where} is empty or has no visible character", param=param)
-        if has_lone_surrogate(text):
-            raise InvalidRequestError(f"{where} is not valid Unicode (a lone surrogate)", param=param)
-        if len(text) > self._limits.max_text_chars:
-            raise InvalidRequestError(
-                f"{where} has {len(text)} characters; the maximum is {self._limits.max_text_chars}", param=param
-            )
+        check_text(text, where, self._limits.max_text_chars)
 
 
 class DocumentNotFoundError(NotFoundError):
@@ -379,6 +416,23 @@ def check_mode(mode: str, fusion: Fusion | None) -> None:
         raise InvalidRequestError(f"mode is one of {', '.join(SEARCH_MODES)}; got {mode!r}", param="mode")
     if fusion is not None and mode != "hybrid":
         raise InvalidRequestError(f"fusion applies to mode hybrid, not {mode}", param="fusion")
+
+
+def check_rerank(candidates: int, top_k: int) -> None:
+    if not 1 <= candidates <= MAX_RERANK_DOCUMENTS:
+        raise InvalidRequestError(
+            f"rerank.candidates is 1 to {MAX_RERANK_DOCUMENTS:,}, got {candidates}", param="rerank.candidates"
+        )
+    if top_k > candidates:
+        raise InvalidRequestError(
+            f"top_k ({top_k}) is above rerank.candidates ({candidates}): the reranker orders only the candidates",
+            param="top_k",
+        )
+
+
+def retrieval_scores(hit: Hit) -> dict[str, float]:
+    """A reranked hit's scores before the rerank: each list's (hybrid) or the mode's own, as `retrieval`."""
+    return hit.scores if hit.scores is not None else {"retrieval": hit.score}
 
 
 def check_lexical(collection: Collection, store: VectorStore) -> None:

@@ -15,6 +15,7 @@ class ModelPrice(BaseModel):
     output: float = Field(0.0, ge=0, description="Per 1,000,000 completion tokens (reasoning included).")
     cached: float = Field(0.0, ge=0, description="Per 1,000,000 prompt tokens the upstream served from its cache.")
     embedding: float = Field(0.0, ge=0, description="Per 1,000 embedding tokens.")
+    rerank: float = Field(0.0, ge=0, description="Per 1,000 rerank tokens (query and document of each pair).")
     video_second: float = Field(0.0, ge=0, description="Per second of generated video.")
 
 

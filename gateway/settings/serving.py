@@ -62,6 +62,11 @@ class TritonSettings(BaseSettings):
         "once more on another within its deadline, and that Triton gets no calls until its model is ready again.",
     )
     model: str = Field("bge", description="Ensemble that maps TEXT to EMBEDDING.")
+    reranker_model: str = Field(
+        "reranker",
+        description="Ensemble that maps QUERY and DOCUMENT to SCORE (`make export-reranker`); where Triton has none, "
+        "reranks answer 503 `reranker_not_served`.",
+    )
     timeout_seconds: float = Field(
         30.0, description="Deadline of one Triton call; longer waits fail with 504 instead of piling up."
     )

@@ -1,4 +1,5 @@
-"""Triton's `bge` ensemble over gRPC, on every Triton `TRITON_URL` names (`triton_endpoints`).
+"""Triton's `bge` ensemble (and, where one is exported, the `reranker` ensemble) over gRPC, on every Triton
+`TRITON_URL` names (`triton_endpoints`).
 
 `InferenceServerException` never leaves this module: it becomes one of the `Triton*Error` classes below. Clients
 are told `triton unavailable`, never Triton's address: the address goes to the log, once when an outage of that
@@ -52,6 +53,7 @@ INFO_RETRY_SECONDS = 1.0  # while Triton is unreachable, how often a request re-
 UNAVAILABLE_MESSAGES = ("unknown model", "not ready", "stopped accepting", "no available versions", "shutting down")
 
 TritonCall = Callable[[grpcaio.InferenceServerClient, float], Awaitable[Any]]  # (client, timeout seconds)
+RERANKER_RECHECK_SECONDS = 5.0  # how long "no reranker is served" is answered before Triton is asked again
 
 
 class TritonUpstreamError(UpstreamError):
@@ -107,6 +109,42 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class RerankerInfo:
+    """What the reranker ensemble's config says (`python -m export.reranker` writes these parameters)."""
+
+    name: str
+    revision: str
+    max_batch_size: int
+    max_sequence_length: int  # tokens of a query and document together; longer pairs are cut (documents first)
+
+
+@dataclass(frozen=True)
+class TritonScores:
+    """One rerank call's outputs, rows in input order."""
+
+    scores: npt.NDArray[np.float32]  # [documents]: the cross-encoder's logit
+    token_counts: npt.NDArray[np.int32]  # [documents]: tokens of the query and the document together
+    truncated: npt.NDArray[np.bool_]  # [documents]
+
+
+class RerankerNotServedError(UpstreamUnavailableError):
+    """A rerank (`POST /v1/rerank`, gRPC `Rerank.Rerank`, or a search with `rerank`) on a gateway whose Triton serves
+    no reranker model.
+
+    Do: operator: export one (`make export-reranker`, e.g. BAAI/bge-reranker-v2-m3) into the model repository and
+    restart Triton; `TRITON_RERANKER_MODEL` names the ensemble.
+    """
+
+    code = "reranker_not_served"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"no reranker is served: Triton has no model {model!r} (export one with `make export-reranker`)",
+            param="model",
+        )
+
+
+@dataclass(frozen=True)
 class TritonEmbeddings:
     """One call's outputs, rows in input order."""
 
@@ -138,6 +176,8 @@ class TritonClient:
         self._info_stale = False  # a Triton was unreachable since it was read: the model may be another revision
         self._info_retry_at = 0.0
         self._info_lock = asyncio.Lock()
+        self._reranker: RerankerInfo | None = None
+        self._reranker_missing_until = 0.0
         metrics.TRITON_UP.set(1)
 
     async def __aenter__(self) -> TritonClient:
@@ -188,6 +228,7 @@ class TritonClient:
         answer); refreshes the model info so a redeployed model's revision is seen."""
         endpoints = await self._endpoints.current()
         answers = await asyncio.gather(*(self._endpoints.probe(e) for e in endpoints))
+        self._reranker = None  # read again by the next rerank: a redeployed reranker may be another revision
         if not any(answers):
             return False
         try:
@@ -210,9 +251,7 @@ class TritonClient:
         )
 
     async def _embed_chunk(self, texts: list[str]) -> TritonEmbeddings:
-        raw = np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
-        text = grpcaio.InferInput("TEXT", list(raw.shape), "BYTES")
-        text.set_data_from_numpy(raw)
+        text = text_input("TEXT", texts)
         outputs = [grpcaio.InferRequestedOutput(name) for name in ("EMBEDDING", "TOKEN_COUNT", "TRUNCATED")]
         metrics.EMBEDDING_BATCH_SIZE.observe(len(texts))
         with tracer.start_as_current_span("triton.infer", attributes={"triton.model": self._settings.model}):
@@ -228,6 +267,63 @@ class TritonClient:
             metrics.TRITON_LATENCY.observe(time.perf_counter() - started)
         return TritonEmbeddings(
             vectors=np.asarray(result.as_numpy("EMBEDDING"), dtype=np.float32),
+            token_counts=np.asarray(result.as_numpy("TOKEN_COUNT"), dtype=np.int32).reshape(-1),
+            truncated=np.asarray(result.as_numpy("TRUNCATED"), dtype=np.bool_).reshape(-1),
+        )
+
+    async def reranker_info(self) -> RerankerInfo:
+        """The reranker ensemble's name, revision and limits; `RerankerNotServedError` where Triton has none."""
+        if self._reranker is not None:
+            return self._reranker
+        model = self._settings.reranker_model
+        if time.monotonic() < self._reranker_missing_until:
+            raise RerankerNotServedError(model)
+
+        async def config_or_none(client: grpcaio.InferenceServerClient, seconds: float) -> Any:
+            try:
+                return await client.get_model_config(model, client_timeout=seconds)
+            except InferenceServerException as exc:  # a model it does not have is not an outage of this Triton
+                if "unknown model" in str(exc.message() or exc):
+                    return None
+                raise
+
+        config = await self._call(config_or_none, self._settings.timeout_seconds)
+        if config is None:
+            self._reranker_missing_until = time.monotonic() + RERANKER_RECHECK_SECONDS
+            raise RerankerNotServedError(model)
+        self._reranker = parse_reranker_info(config)
+        return self._reranker
+
+    async def rerank(self, query: str, documents: list[str]) -> TritonScores:
+        """Score each (query, document) pair, in chunks of the model's max batch size sent concurrently."""
+        size = (await self.reranker_info()).max_batch_size
+        if len(documents) <= size:
+            return await self._rerank_chunk(query, documents)
+        chunks = await asyncio.gather(
+            *(self._rerank_chunk(query, documents[i : i + size]) for i in range(0, len(documents), size))
+        )
+        return TritonScores(
+            scores=np.concatenate([c.scores for c in chunks]),
+            token_counts=np.concatenate([c.token_counts for c in chunks]),
+            truncated=np.concatenate([c.truncated for c in chunks]),
+        )
+
+    async def _rerank_chunk(self, query: str, documents: list[str]) -> TritonScores:
+        inputs = [
+            text_input("QUERY", [query] * len(documents)),
+            text_input("DOCUMENT", documents),
+        ]
+        outputs = [grpcaio.InferRequestedOutput(name) for name in ("SCORE", "TOKEN_COUNT", "TRUNCATED")]
+        model = self._settings.reranker_model
+        with tracer.start_as_current_span("triton.infer", attributes={"triton.model": model}):
+            headers: dict[str, str] = {}
+            propagate.inject(headers)
+            result = await self._call(
+                lambda c, seconds: c.infer(model, inputs, outputs=outputs, headers=headers, client_timeout=seconds),
+                self._settings.timeout_seconds,
+            )
+        return TritonScores(
+            scores=np.asarray(result.as_numpy("SCORE"), dtype=np.float32).reshape(-1),
             token_counts=np.asarray(result.as_numpy("TOKEN_COUNT"), dtype=np.int32).reshape(-1),
             truncated=np.asarray(result.as_numpy("TRUNCATED"), dtype=np.bool_).reshape(-1),
         )
@@ -267,6 +363,25 @@ class TritonClient:
         return result
 
 
+def text_input(name: str, texts: list[str]) -> grpcaio.InferInput:
+    """A [len(texts), 1] BYTES input of UTF-8 texts."""
+    raw = np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
+    tensor = grpcaio.InferInput(name, list(raw.shape), "BYTES")
+    tensor.set_data_from_numpy(raw)
+    return tensor
+
+
+def parse_reranker_info(response: Any) -> RerankerInfo:
+    config = response.config
+    params = {key: value.string_value for key, value in config.parameters.items()}
+    return RerankerInfo(
+        name=params.get("model_name", config.name),
+        revision=params.get("model_revision", "unknown"),
+        max_batch_size=int(config.max_batch_size) or 1,
+        max_sequence_length=int(params.get("max_sequence_length", "512")),
+    )
+
+
 def parse_model_info(response: Any) -> ModelInfo:
     config = response.config
     params = {key: value.string_value for key, value in config.parameters.items()}
@@ -289,7 +404,7 @@ def translate(exc: InferenceServerException, settings: TritonSettings) -> Upstre
     if "UNAVAILABLE" in status or any(text in message for text in UNAVAILABLE_MESSAGES):
         return TritonUnavailableError()
     if "INVALID_ARGUMENT" in status:
-        return TritonInvalidInputError(message.removeprefix("in ensemble 'bge', "))
+        return TritonInvalidInputError(message.removeprefix(f"in ensemble '{settings.model}', "))
     return TritonUpstreamError(f"Triton failed: {message}")
 
 

@@ -26,6 +26,7 @@ class PriceTable:
             + cached * price.cached / 1e6
             + usage.completion_tokens * price.output / 1e6
             + usage.embedding_tokens * price.embedding / 1e3
+            + usage.rerank_tokens * price.rerank / 1e3
             + usage.video_seconds * price.video_second
         )
         return usage.with_cost(round(cost, 9)), True

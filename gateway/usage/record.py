@@ -19,6 +19,8 @@ COUNTERS = (
     "video_seconds",
     "search_queries",
     "search_documents",
+    "rerank_documents",
+    "rerank_tokens",
     "cost",
 )
 
@@ -39,6 +41,8 @@ class Usage:
     video_seconds: float = 0.0
     search_queries: int = 0
     search_documents: int = 0
+    rerank_documents: int = 0
+    rerank_tokens: int = 0  # the pairs' tokens: the query counts once per document it is scored with
     cost: float = 0.0
     cached_tokens: int = 0
 
@@ -53,8 +57,8 @@ class Usage:
 
     @property
     def tokens(self) -> int:
-        """What a token budget counts: chat prompt + completion and embedding tokens."""
-        return self.prompt_tokens + self.completion_tokens + self.embedding_tokens
+        """What a token budget counts: chat prompt + completion, embedding and rerank tokens."""
+        return self.prompt_tokens + self.completion_tokens + self.embedding_tokens + self.rerank_tokens
 
 
 def chat_usage(usage: dict[str, Any] | None, *, cached: bool) -> Usage:

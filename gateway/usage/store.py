@@ -184,6 +184,14 @@ _UPSERT = (
 )
 
 
+def add_new_counters(db: sqlite3.Connection) -> None:
+    """The columns of counters added since the file was made (e.g. the rerank counters of 0.3), at 0."""
+    present = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+    for name in COUNTERS:
+        if name not in present:
+            db.execute(f"ALTER TABLE usage ADD COLUMN {name} REAL NOT NULL DEFAULT 0")
+
+
 class SqliteUsageStore:
     """The same in an SQLite file. Its statements run on one worker thread of its own, in order: a batch's
     transaction, a WAL checkpoint or a month's report can take long enough to stall every request if run on
@@ -206,6 +214,7 @@ class SqliteUsageStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            add_new_counters(self._db)
         return self._db
 
     async def add_many(self, entries: Sequence[UsageEntry]) -> list[bool]:

@@ -1,4 +1,5 @@
-"""Embeddings: Triton's client (coalesced) and the embedding cache around the embedding service."""
+"""Embeddings: Triton's client (coalesced) and the embedding cache around the embedding service; the same client
+reranks."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ async def embedding_service(
     limits: LimitSettings,
     redis: RedisConnection | None,
     embedder: Embedder | None = None,
-) -> AsyncIterator[tuple[EmbeddingService, Embedder]]:
-    """The embedding service and the embedder it calls (Triton's, or `embedder`, which tests may pass)."""
+) -> AsyncIterator[tuple[EmbeddingService, Embedder, TritonClient | None]]:
+    """The embedding service, the embedder it calls (Triton's, or `embedder`, which tests may pass) and Triton's
+    client (None with `embedder`)."""
     async with AsyncExitStack() as stack:
+        client = None
         if embedder is None:
             client = TritonClient(triton)
             stack.push_async_callback(client.aclose)
@@ -34,4 +37,4 @@ async def embedding_service(
                 build_store(redis, memory_mb=cache.embedding_cache_mb), ttl_seconds=cache.embedding_cache_ttl_seconds
             )
             stack.push_async_callback(vectors.aclose)
-        yield EmbeddingService(embedder, vectors, limits), embedder
+        yield EmbeddingService(embedder, vectors, limits), embedder, client

@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
-from gateway.billing import BilledChat, BilledEmbeddings, BilledSearch, BilledVideo
+from gateway.billing import BilledChat, BilledEmbeddings, BilledRerank, BilledSearch, BilledVideo
 from gateway.grpc.server import GrpcServer, connection_age, create_grpc_server
 from gateway.limits import InFlightLimit
 from gateway.redis_client import RedisConnection
 from gateway.services.embeddings import Embedder
 from gateway.services.models import ModelsService
+from gateway.services.rerank import RerankService
 from gateway.settings import Settings
 from gateway.wiring.chat import chat_service
 from gateway.wiring.embeddings import embedding_service
@@ -29,6 +30,7 @@ class Services:
     chat: BilledChat
     video: BilledVideo
     search: BilledSearch
+    rerank: BilledRerank
     models: ModelsService
 
 
@@ -38,9 +40,10 @@ async def open_services(
 ) -> AsyncIterator[Services]:
     """Each feature from its settings groups; closed in the reverse order on exit."""
     async with AsyncExitStack() as stack:
-        embeddings, triton = await stack.enter_async_context(
+        embeddings, triton, client = await stack.enter_async_context(
             embedding_service(settings.triton, settings.cache, settings.limits, redis, embedder)
         )
+        rerank = RerankService(client, settings.limits, settings.triton.reranker_model)
         chat = await stack.enter_async_context(
             chat_service(settings.chat, settings.cache, settings.semantic, settings.limits, embeddings, redis)
         )
@@ -52,7 +55,8 @@ async def open_services(
             embeddings=BilledEmbeddings(embeddings, keys.usage),
             chat=BilledChat(chat, keys.gatekeeper, keys.usage),
             video=BilledVideo(video, keys.gatekeeper, keys.usage, settings.video.model_path),
-            search=BilledSearch(store, embeddings, settings.limits, keys.usage, jobs),
+            search=BilledSearch(store, embeddings, settings.limits, keys.usage, jobs, rerank),
+            rerank=BilledRerank(rerank, keys.usage),
             models=ModelsService(
                 triton,
                 chat,
@@ -75,6 +79,7 @@ def grpc_server(
         video=services.video,
         models=services.models,
         search=services.search,
+        rerank=services.rerank,
         in_flight=in_flight,
         watchers=watchers,
         timeout_seconds=settings.limits.request_timeout_seconds,

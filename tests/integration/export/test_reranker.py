@@ -37,12 +37,12 @@ from export.reranker.parity import PARITY_PAIRS, spearman
 from export.reranker.pipeline import main_export
 from localtriton.server import TritonProcess
 from tests.helpers.checkout import ROOT, copy_tracked_repository
+from tests.helpers.cross_encoders import INIT_RANGE, bert_cross_encoder
 from tests.helpers.triton_configs import run_fp32
 
 pytestmark = pytest.mark.slow
 
 MAX_LENGTH = 128
-INIT_RANGE = 0.3  # logits spread over 3 to 3.5 units (transformers' 0.02 leaves them all within 0.01 of each other)
 RERANKER_MODELS = ("reranker", "reranker_tokenizer", "reranker_onnx")
 INT8 = DEFAULT_LOGIT_TOLERANCES[Precision.INT8]
 FP32 = DEFAULT_LOGIT_TOLERANCES[Precision.FP32]
@@ -55,27 +55,6 @@ SERVED_PAIRS = [
     ("What is semantic search?", "语义搜索根据查询的含义而不是关键词来排序文档。"),
     ("python list comprehension", "A list comprehension builds a list from an iterable in one expression."),
 ]
-
-
-def bert_cross_encoder(path: Path, minilm: Checkpoint) -> Path:
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification
-
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=minilm.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=MAX_LENGTH,
-        num_labels=1,
-        initializer_range=INIT_RANGE,
-    )
-    BertForSequenceClassification(config).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        shutil.copy(minilm.path / name, path / name)
-    return path
 
 
 def xlm_roberta_cross_encoder(path: Path) -> Path:
@@ -138,7 +117,7 @@ class Export:
 @pytest.fixture(scope="module")
 def bert_export(tmp_path_factory: pytest.TempPathFactory, tiny_cls_checkpoint: Path, minilm: Checkpoint) -> Export:
     """The BERT reranker exported into a repository that already serves an (tiny) embedding model."""
-    checkpoint = bert_cross_encoder(tmp_path_factory.mktemp("bert-reranker"), minilm)
+    checkpoint = bert_cross_encoder(tmp_path_factory.mktemp("bert-reranker"), minilm, MAX_LENGTH)
     repository = copy_tracked_repository(tmp_path_factory.mktemp("bert") / "model_repository")
     work = tmp_path_factory.mktemp("work")
     export_embedding(str(tiny_cls_checkpoint), repository, max_length=MAX_LENGTH, work_dir=work)

@@ -18,7 +18,7 @@ LEXICAL = hits(("c", 12.0), ("a", 3.0), ("d", 1.0))
 
 
 def test_rrf_sums_reciprocal_ranks_and_keeps_each_lists_score() -> None:
-    fused = fuse({"dense": DENSE, "lexical": LEXICAL}, Fusion(k=60), top_k=10)
+    fused = fuse({"dense": DENSE, "lexical": LEXICAL}, Fusion("rrf", k=60), top_k=10)
     expected = {"a": 1 / 61 + 1 / 62, "b": 1 / 62, "c": 1 / 63 + 1 / 61, "d": 1 / 63}
     assert [h.id for h in fused] == ["a", "c", "b", "d"]
     assert {h.id: h.score for h in fused} == pytest.approx(expected)
@@ -32,10 +32,11 @@ def test_weighted_scales_each_list_to_its_own_range() -> None:
 
 
 def test_a_weight_of_zero_leaves_one_list_out_and_an_empty_list_changes_nothing() -> None:
-    only_lexical = fuse({"dense": DENSE, "lexical": LEXICAL}, Fusion(weights={"dense": 0}), top_k=3)
-    assert [h.id for h in only_lexical] == ["c", "a", "d"]
-    alone = fuse({"dense": DENSE, "lexical": []}, Fusion(), top_k=3)
-    assert [h.id for h in alone] == ["a", "b", "c"]
+    for method in ("rrf", "weighted"):
+        only_lexical = fuse({"dense": DENSE, "lexical": LEXICAL}, Fusion(method, weights={"dense": 0}), top_k=2)
+        assert [h.id for h in only_lexical] == ["c", "a"], method  # (d scores 0 in weighted, as b does)
+        alone = fuse({"dense": DENSE, "lexical": []}, Fusion(method), top_k=3)
+        assert [h.id for h in alone] == ["a", "b", "c"], method
 
 
 @pytest.mark.parametrize(
