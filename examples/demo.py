@@ -1,5 +1,6 @@
-"""`make demo`: embeddings, chat and the caches through the gateway (official `openai` client), then an
-video task: submitted (202), watched over server-sent events until the simulated Pika job ends.
+"""`make demo`: embeddings, chat and the caches through the gateway (official `openai` client); search over a
+small collection of English and Chinese documents by meaning, by words and both, reranked where a reranker is
+exported; then a video task: submitted (202), watched over server-sent events until the simulated Pika job ends.
 
 Runs against what `make demo` starts: Triton, the TokenHub and fal simulators and the gateway on their
 default ports.
@@ -44,8 +45,50 @@ def main() -> int:
             response = http.post(f"{GATEWAY}/v1/chat/completions", json=body)
             elapsed = time.perf_counter() - started
             print(f"chat ({attempt}): {response.status_code} X-Cache={response.headers.get('x-cache')} {elapsed:.2f} s")
+        search_walkthrough(http)
         image_task(http)
     return 0
+
+
+DOCUMENTS = [
+    {"id": "reset", "text": "How do I reset the password of my account?", "metadata": {"lang": "en"}},
+    {"id": "login", "text": "I forgot my credentials and cannot sign in.", "metadata": {"lang": "en"}},
+    {
+        "id": "filter",
+        "text": "Replacement filter cartridge, part XK-4711, fits every model.",
+        "metadata": {"lang": "en"},
+    },
+    {"id": "gpu", "text": "推理服务器在 GPU 上运行嵌入模型。", "metadata": {"lang": "zh"}},
+    {"id": "weather", "text": "明天北京的天气怎么样？", "metadata": {"lang": "zh"}},
+]
+QUERIES = ["unable to log into my profile", "XK-4711", "北京天气"]
+
+
+def search_walkthrough(http: httpx.Client) -> None:
+    """A collection, an upsert, each query in each mode side by side; a rerank where a reranker is served."""
+    http.delete(f"{GATEWAY}/v1/collections/demo")  # left by an earlier run, if any
+    created = http.post(f"{GATEWAY}/v1/collections", json={"name": "demo"})
+    if created.status_code != 201:
+        print(f"search: {created.status_code} {created.json()['error']['message']}")
+        return
+    upserted = http.post(f"{GATEWAY}/v1/collections/demo/documents", json={"documents": DOCUMENTS}).json()
+    print(f"search: {len(upserted['data'])} documents upserted into collection 'demo'")
+    for query in QUERIES:
+        print(f"  {query!r}")
+        for mode in ("dense", "lexical", "hybrid"):
+            body = {"query": query, "mode": mode, "top_k": 2}
+            hits = http.post(f"{GATEWAY}/v1/collections/demo/search", json=body).json()["data"]
+            shown = ", ".join(f"{hit['id']} ({hit['score_type']} {hit['score']:.3f})" for hit in hits) or "nothing"
+            print(f"    {mode:>7}: {shown}")
+    texts = [d["text"] for d in DOCUMENTS]
+    reranked = http.post(f"{GATEWAY}/v1/rerank", json={"query": "password problems", "documents": texts, "top_n": 2})
+    if reranked.status_code == 200:
+        best = ", ".join(
+            f"{DOCUMENTS[r['index']]['id']} {r['relevance_score']:.3f}" for r in reranked.json()["results"]
+        )
+        print(f"  rerank 'password problems': {best}")
+    else:
+        print(f"  rerank: {reranked.json()['error']['message']}")
 
 
 def image_task(http: httpx.Client) -> None:

@@ -125,9 +125,13 @@ async def answer_queries(base_url: str, queries: Sequence[str], real: int, concu
 
 
 async def search(
-    session: aiohttp.ClientSession, base_url: str, query: str, where: dict[str, Any] | None = None
+    session: aiohttp.ClientSession,
+    base_url: str,
+    query: str,
+    where: dict[str, Any] | None = None,
+    mode: str = "dense",
 ) -> list[dict[str, Any]]:
-    body: dict[str, Any] = {"query": query, "top_k": TOP_K}
+    body: dict[str, Any] = {"query": query, "top_k": TOP_K, "mode": mode}
     if where is not None:
         body["filter"] = where
     async with session.post(f"{base_url}/v1/collections/{COLLECTION}/search", json=body, headers=NO_CACHE) as response:
@@ -137,11 +141,18 @@ async def search(
 
 
 async def latency_point(
-    base_url: str, plan: Plan, concurrency: int, filtered: bool, run: int, *, store_operation: str = STORE_SEARCH
+    base_url: str,
+    plan: Plan,
+    concurrency: int,
+    filtered: bool,
+    run: int,
+    *,
+    store_operation: str = STORE_SEARCH,
+    mode: str = "dense",
 ) -> tuple[RunStats, Breakdown]:
-    """`plan.queries_per_point` searches at `concurrency` (each with the filter `{"bucket": n}` if `filtered`),
-    and the gateway's own means over them (`store_operation`: the store's search in its histogram). Run r asks
-    queries r*count.. so the runs differ, the systems do not."""
+    """`plan.queries_per_point` searches in `mode` at `concurrency` (each with the filter `{"bucket": n}` if
+    `filtered`), and the gateway's own means over them (`store_operation`: the store's search in its histogram).
+    Run r asks queries r*count.. so the runs differ, the systems do not."""
     queries, count = plan.corpus.queries, plan.queries_per_point
     offset = run * count
     async with aiohttp_session(concurrency) as session:
@@ -149,7 +160,8 @@ async def latency_point(
 
         async def request(index: int) -> int:
             at = offset + index
-            await search(session, base_url, queries[at % len(queries)], {"bucket": at % BUCKETS} if filtered else None)
+            where = {"bucket": at % BUCKETS} if filtered else None
+            await search(session, base_url, queries[at % len(queries)], where, mode)
             return 1
 
         stats = await closed_loop(request, total=count, concurrency=concurrency)

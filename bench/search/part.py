@@ -32,7 +32,18 @@ from bench.search.chroma import POINT_SECONDS, run_chroma
 from bench.search.fill import filler, stored_vectors, write_top_up
 from bench.search.milvus_peer import CONCURRENCIES as MILVUS_CONCURRENCIES
 from bench.search.milvus_peer import run_milvus
-from bench.search.plan import CHROMA, CONCURRENCIES, DEFAULT_DATA, GATEWAY, GATEWAY_REAL, PART, PEERS, Plan
+from bench.search.plan import (
+    CHROMA,
+    CONCURRENCIES,
+    DEFAULT_DATA,
+    GATEWAY,
+    GATEWAY_HYBRID,
+    GATEWAY_REAL,
+    HYBRID_CONCURRENCIES,
+    PART,
+    PEERS,
+    Plan,
+)
 from bench.search.quality import overlap, quality
 from bench.search.report import Measured, build_result, record_quality
 from bench.search.sweep import sweep
@@ -103,8 +114,10 @@ async def run(
         ranked = await api.answer_queries(second.base_url, corpus.queries, len(corpus.documents))
         record_quality(measured, "topped up", ranked, everything, queries, corpus.answers)
         for number in range(plan.runs):
-            await sweep(measured, second.base_url, plan, GATEWAY, CONCURRENCIES, number,
-                        serving={"triton": triton_endpoint.server, "gateway": second.server})  # fmt: skip
+            serving = {"triton": triton_endpoint.server, "gateway": second.server}
+            await sweep(measured, second.base_url, plan, GATEWAY, CONCURRENCIES, number, serving=serving)
+            await sweep(measured, second.base_url, plan, GATEWAY_HYBRID, HYBRID_CONCURRENCIES, number,
+                        serving=serving, mode="hybrid")  # fmt: skip
             write()
         second.server.stop()
         if "milvus" in plan.peers:

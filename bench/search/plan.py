@@ -24,11 +24,14 @@ P99_CONCURRENCY = 8  # where the latency goal is judged
 P99_GOAL_MS = 50.0
 INGEST_GOAL = 0.8  # ingest documents/s over embeddings texts/s
 RECALL_GOAL = 0.99  # the engine's recall@10 over exact search's
+HYBRID_RATIO_GOAL = 1.3  # hybrid's p99 over dense's, same queries and run
 PEERS = frozenset({"milvus", "chromadb"})
 BUCKETS = 10  # every document has a `bucket` 0-9; the filtered search asks for one (a tenth of the collection)
 FILLER_COSINE = 0.8  # a top-up vector's cosine to the real vector it was drawn around
 
 GATEWAY = "gateway REST (Qdrant Edge, embedded)"
+GATEWAY_HYBRID = f"{GATEWAY}, hybrid"  # the same searches in mode hybrid, each run beside the dense ones
+HYBRID_CONCURRENCIES = (1, 8)
 GATEWAY_REAL = f"{GATEWAY}, real documents"  # the latency on the real documents alone, beside Milvus's
 MILVUS = "gateway REST (Milvus 2.3.5 standalone), real documents"
 MILVUS_NO_FLUSH = f"{MILVUS}, no flush"

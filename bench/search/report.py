@@ -12,7 +12,9 @@ from bench.run_stats import RunStats, median
 from bench.search.api import Breakdown
 from bench.search.plan import (
     GATEWAY,
+    GATEWAY_HYBRID,
     GATEWAY_REAL,
+    HYBRID_RATIO_GOAL,
     INGEST_GOAL,
     MILVUS,
     MILVUS_WAIT_RATIO,
@@ -109,6 +111,14 @@ def build_result(measured: Measured, notes: Sequence[str]) -> PartResult:
             result.targets.append(
                 Target(f"search p99, concurrency {P99_CONCURRENCY}{', filter' if filtered else ''}",
                        f"<= {P99_GOAL_MS:.0f} ms", f"{p99:.1f} ms", p99 <= P99_GOAL_MS)
+            )  # fmt: skip
+        hybrid = measured.latency.get((GATEWAY_HYBRID, P99_CONCURRENCY, filtered))
+        if swept and hybrid:  # the same queries, each run's dense and hybrid points back to back
+            ratio = median([h.p(99) / d.p(99) for h, d in zip(hybrid, swept, strict=False)])
+            result.targets.append(
+                Target(f"hybrid search p99 vs dense, concurrency {P99_CONCURRENCY}{', filter' if filtered else ''}",
+                       f"<= {HYBRID_RATIO_GOAL} x", f"{ratio:.2f} x ({median([h.p(99) for h in hybrid]):.1f} ms)",
+                       ratio <= HYBRID_RATIO_GOAL)
             )  # fmt: skip
         milvus, embedded = (measured.latency.get((s, P99_CONCURRENCY, filtered)) for s in (MILVUS, GATEWAY_REAL))
         if milvus and embedded:  # the same documents, the same queries, one run

@@ -23,15 +23,16 @@ async def sweep(
     run: int = 0,
     store_operation: str = STORE_SEARCH,
     serving: Mapping[str, ServerProcess] | None = None,
+    mode: str = "dense",
 ) -> None:
-    """The latency points of one run at each concurrency, without and with the filter, into `measured`; with the
-    CPU each of the `serving` processes (by name) spent per search."""
+    """The latency points of one run at each concurrency, without and with the filter, searching in `mode`, into
+    `measured`; with the CPU each of the `serving` processes (by name) spent per search."""
     processes = dict(serving or {})
     for concurrency in concurrencies:
         for filtered in (False, True):
             before = {name: process.cpu_seconds() for name, process in processes.items()}
             stats, breakdown = await api.latency_point(base_url, plan, concurrency, filtered, run,
-                                                       store_operation=store_operation)  # fmt: skip
+                                                       store_operation=store_operation, mode=mode)  # fmt: skip
             key = (system, concurrency, filtered)
             measured.latency.setdefault(key, []).append(stats)
             measured.breakdowns.setdefault(key, []).append(breakdown)

@@ -3,6 +3,7 @@ through the REST and gRPC APIs, on a real gateway, real Triton and the embedded 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from localtriton.server import TritonProcess
+from tests.helpers.checkout import ROOT
 from tests.helpers.running_gateway import RunningGateway
 from tests.integration.gateway.test_search_rest import create, search, upsert
 
@@ -143,3 +145,22 @@ def test_grpc_searches_in_every_mode(gateway: RunningGateway) -> None:
         with pytest.raises(grpc.RpcError) as unknown:
             stub.Search(gateway_pb2.SearchRequest(collection="kb", query="q", mode="fuzzy"))
         assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "mode" in str(unknown.value.details())
+
+
+def test_the_demo_walks_through_search(
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = importlib.util.spec_from_file_location("demo", ROOT / "examples" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    demo.GATEWAY = gateway_factory(triton.grpc_url).base_url
+    for _ in range(2):  # a second run replaces the first one's collection
+        demo.search_walkthrough(http)
+    shown = capsys.readouterr().out
+    assert shown.count("search: 5 documents upserted into collection 'demo'") == 2
+    assert "lexical: filter (bm25" in shown and "hybrid: login (weighted" in shown
+    assert "rerank: no reranker is served" in shown  # this Triton has none: the demo says so and goes on
