@@ -13,7 +13,8 @@ QUERY_INSTRUCTION ?=
 RERANKER_MODEL ?= BAAI/bge-reranker-v2-m3
 RERANKER_MAX_LENGTH ?= 512
 REPOSITORY := model_repository
-EXPORTED := $(REPOSITORY)/bge_onnx/1/model_int8.onnx
+# What an export writes that the tracked repository lacks; a checkout exported before the chunker lacks its copy.
+EXPORTED := $(REPOSITORY)/bge_onnx/1/model_int8.onnx $(REPOSITORY)/bge_chunker/1/tokenizer.json
 export HF_HUB_OFFLINE ?= 1
 
 GATEWAY_HTTP_PORT ?= 8080
@@ -64,7 +65,7 @@ export: $(STAMP) ## export MODEL (hub id or directory; default all-MiniLM-L6-v2)
 export-reranker: $(STAMP) ## export the cross-encoder RERANKER_MODEL (hub id or directory; default BAAI/bge-reranker-v2-m3, RERANKER_MAX_LENGTH=512 tokens per pair) beside bge; `make up` serves it as `reranker`
 	$(PY) -m export.reranker --model "$(RERANKER_MODEL)" --repository $(REPOSITORY) --max-length $(RERANKER_MAX_LENGTH)
 
-$(EXPORTED): | $(STAMP)
+$(EXPORTED) &: | $(STAMP)
 	$(PY) -m export --model "$(MODEL)" --repository $(REPOSITORY) --max-length $(MAX_LENGTH) \
 		--query-instruction "$(QUERY_INSTRUCTION)"
 
@@ -192,5 +193,6 @@ check: $(STAMP) ## format, typecheck, lint
 
 clean: down ## remove the venv, generated models and run state
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache gateway/grpc/pb
-	rm -f $(REPOSITORY)/bge_onnx/1/*.onnx $(REPOSITORY)/bge_onnx/1/parity.json $(REPOSITORY)/bge_tokenizer/1/tokenizer.json
+	rm -f $(REPOSITORY)/bge_onnx/1/*.onnx $(REPOSITORY)/bge_onnx/1/parity.json $(REPOSITORY)/bge_tokenizer/1/tokenizer.json \
+		$(REPOSITORY)/bge_chunker/1/tokenizer.json
 	rm -rf $(REPOSITORY)/reranker $(REPOSITORY)/reranker_tokenizer $(REPOSITORY)/reranker_onnx

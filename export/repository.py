@@ -25,6 +25,7 @@ TENSORRT_CACHE_PATH = "/var/cache/tensorrt"
 ENSEMBLE = "bge"
 TOKENIZER = "bge_tokenizer"
 ENCODER = "bge_onnx"
+CHUNKER = "bge_chunker"
 # Alternate config for NVIDIA's GPU server images (native onnxruntime backend,
 # TensorRT FP16): select it with `tritonserver --model-config-name=onnxruntime_gpu`.
 NATIVE_CONFIG_NAME = "onnxruntime_gpu"
@@ -93,6 +94,26 @@ def tokenizer_config(model: ServedModel) -> mc.ModelConfig:
     warmup.inputs["TEXT"].CopyFrom(
         mc.ModelWarmup.Input(data_type=mc.TYPE_STRING, dims=[1], input_data_file=WARMUP_TEXT_FILE)
     )
+    return config
+
+
+def chunker_config(model: ServedModel) -> mc.ModelConfig:
+    """TEXT, MAX_TOKENS, OVERLAP -> SPANS: a text cut into windows of the served tokenizer's tokens (the gateway
+    chunks long documents with it). One text per request: the gateway sends concurrent requests."""
+    config = mc.ModelConfig(name=CHUNKER, backend="python", max_batch_size=0)
+    config.input.extend(
+        [
+            mc.ModelInput(name="TEXT", data_type=mc.TYPE_STRING, dims=[1]),
+            mc.ModelInput(name="MAX_TOKENS", data_type=mc.TYPE_INT32, dims=[1]),
+            mc.ModelInput(name="OVERLAP", data_type=mc.TYPE_INT32, dims=[1]),
+        ]
+    )
+    config.output.append(mc.ModelOutput(name="SPANS", data_type=mc.TYPE_INT32, dims=[-1, 2]))
+    # One instance: a request is one tokenizer call (about 45 ms for 100,000 characters on one core) and integer
+    # arithmetic, while embedding the chunks it returns costs far more in bge_onnx, which wants the cores. More
+    # instances only pay where many long documents arrive at once (each one is a stub process holding a tokenizer).
+    config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1))
+    set_parameters(config, _model_params(model))
     return config
 
 
@@ -223,6 +244,7 @@ def rendered_configs(model: ServedModel) -> dict[str, str]:
         f"{TOKENIZER}/config.pbtxt": render(tokenizer_config(model)),
         f"{ENCODER}/config.pbtxt": render(encoder_config(model)),
         f"{ENCODER}/configs/{NATIVE_CONFIG_NAME}.pbtxt": render(native_encoder_config(model)),
+        f"{CHUNKER}/config.pbtxt": render(chunker_config(model)),
     }
 
 
@@ -230,8 +252,11 @@ def install(repository: Path, model: ServedModel, encoder_files: list[Path], tok
     """Move the checked files into `repository` and write the configs.
 
     Every file is staged beside its target and swapped in with `os.replace`,
-    so a server reading the repository never sees a half-written file.
+    so a server reading the repository never sees a half-written file. `bge_chunker` gets its own copy of the
+    tokenizer file, from the same staged file as `bge_tokenizer`'s: a model reads only its own folder (Triton
+    may hand each model a copy of just that folder, as it does from object storage).
     """
+    replace_file(repository / CHUNKER / "1" / "tokenizer.json", partial(shutil.copyfile, tokenizer_file))
     targets = {f: repository / ENCODER / "1" / f.name for f in encoder_files}
     targets[tokenizer_file] = repository / TOKENIZER / "1" / "tokenizer.json"
     for source, target in targets.items():

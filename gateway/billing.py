@@ -24,6 +24,7 @@ from gateway.services.chat import CacheResult, ChatService, estimate_tokens, usa
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService, InputType
 from gateway.services.rerank import RerankResult, RerankService
 from gateway.services.search import NewDocument, SearchResult, SearchService, UpsertResult
+from gateway.services.search_chunks import ChunkedDocuments
 from gateway.services.search_reindex import ReindexJobs
 from gateway.services.video import VideoService
 from gateway.settings import LimitSettings
@@ -158,8 +159,9 @@ class BilledSearch(SearchService):
         usage: UsageRecorder,
         jobs: ReindexJobs | None = None,
         reranker: RerankService | None = None,
+        chunks: ChunkedDocuments | None = None,
     ) -> None:
-        super().__init__(store, embeddings, limits, jobs, reranker)
+        super().__init__(store, embeddings, limits, jobs, reranker, chunks)
         self._usage = usage
 
     async def upsert(self, name: str, documents: Sequence[NewDocument], *, use_cache: bool = True) -> UpsertResult:

@@ -7,6 +7,7 @@ in the REST body: both front ends refuse the same input with the same message. E
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -22,7 +23,16 @@ from gateway.grpc.servicer import first_error
 from gateway.protocol.base import MAX_NESTING_DEPTH, check_json
 from gateway.protocol.search import DocumentIn
 from gateway.protocol.unicode import dotted, printable
-from gateway.services.search import RERANK_CANDIDATES, Collection, Document, Fusion, NewDocument, SearchService, Task
+from gateway.services.search import (
+    RERANK_CANDIDATES,
+    Chunking,
+    Collection,
+    Document,
+    Fusion,
+    NewDocument,
+    SearchService,
+    Task,
+)
 from gateway.services.search_reindex import public_progress
 
 M = TypeVar("M", bound=BaseModel)
@@ -38,7 +48,10 @@ class SearchServicer:
         instruction = request.query_instruction if request.HasField("query_instruction") else None
         metadata = json_object(request.metadata_json, "metadata_json")
         check_body({"metadata": metadata})
-        return collection_message(await self._service.create_collection(request.name, instruction, metadata))
+        chunking = None
+        if request.HasField("chunking"):
+            chunking = Chunking(request.chunking.max_tokens, request.chunking.overlap)
+        return collection_message(await self._service.create_collection(request.name, instruction, metadata, chunking))
 
     async def ListCollections(
         self, request: pb.ListCollectionsRequest, context: grpc.aio.ServicerContext
@@ -113,6 +126,7 @@ class SearchServicer:
                 metadata_json=orjson.dumps(h.metadata).decode(),
                 score_type=result.score_type,
                 scores=h.scores,
+                chunk=None if h.chunk is None else pb.SearchChunk(**dataclasses.asdict(h.chunk)),
             )
             for h in result.hits
         ]
@@ -227,6 +241,7 @@ def collection_message(collection: Collection) -> pb.SearchCollection:
         created_at=collection.created_at,
         query_instruction=collection.query_instruction,
         metadata_json=orjson.dumps(collection.metadata).decode(),
+        chunking=None if collection.chunking is None else pb.Chunking(**dataclasses.asdict(collection.chunking)),
     )
 
 

@@ -13,6 +13,18 @@ from gateway.protocol.video import TaskErrorObject
 MetadataValue = str | StrictInt | StrictFloat | bool | list[str]
 
 
+class ChunkingIn(RequestModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: StrictInt = Field(description="Tokens of the served model per chunk, 16 to its maximum length.")
+    overlap: StrictInt = Field(0, description="Tokens each chunk shares with the one before, 0 to max_tokens / 2.")
+
+
+class ChunkingObject(BaseModel):
+    max_tokens: int
+    overlap: int
+
+
 class CollectionRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -21,6 +33,12 @@ class CollectionRequest(RequestModel):
         None, description="Put in front of every search query; default: the served model's query instruction."
     )
     metadata: dict[str, Any] | None = Field(None, description="Any JSON object (at most 16 KB), kept as it is.")
+    chunking: ChunkingIn | None = Field(
+        None,
+        description="Split each document into chunks of the served model's tokens, each embedded and indexed alone; "
+        "a search answers each document once, by its best chunk. Default: one vector per document, its text cut at "
+        "the model's maximum length.",
+    )
 
 
 class CollectionObject(BaseModel):
@@ -37,6 +55,7 @@ class CollectionObject(BaseModel):
     reindex_task: str | None = Field(
         None, description="The re-index task holding the collection: searches and writes answer 409 until it ends."
     )
+    chunking: ChunkingObject | None = Field(None, description="How documents are split; null: they are not.")
 
 
 class ReindexProgress(BaseModel):
@@ -185,6 +204,12 @@ class SearchRequest(RequestModel):
     )
 
 
+class ChunkObject(BaseModel):
+    text: str
+    start: int = Field(description="Where the chunk starts in the document's text, in Unicode code points.")
+    end: int = Field(description="Where it ends (exclusive).")
+
+
 class SearchHit(BaseModel):
     id: str
     score: float = Field(description="The mode's score, higher is better: see score_type.")
@@ -199,6 +224,7 @@ class SearchHit(BaseModel):
     )
     text: str
     metadata: dict[str, Any]
+    chunk: ChunkObject | None = Field(None, description="Chunked collections: the chunk the document was found by.")
 
 
 class SearchResponse(BaseModel):

@@ -36,6 +36,7 @@ from gateway.routes.cache_control import cache_allowed
 from gateway.routes.nesting import NestingLimitedRoute
 from gateway.routes.task_events import EVENTS_RESPONSE, task_events
 from gateway.services.search import (
+    Chunking,
     Collection,
     Document,
     Fusion,
@@ -72,7 +73,9 @@ TASK_ID = Path(description="The re-index task's id.", max_length=200)
 
 @router.post("/v1/collections", status_code=201, response_model=CollectionObject, responses=ERRORS)
 async def create_collection(body: CollectionRequest, request: Request) -> CollectionObject:
-    collection = await search_service(request).create_collection(body.name, body.query_instruction, body.metadata)
+    chunking = None if body.chunking is None else Chunking(body.chunking.max_tokens, body.chunking.overlap)
+    service = search_service(request)
+    collection = await service.create_collection(body.name, body.query_instruction, body.metadata, chunking)
     return collection_object(collection)
 
 
@@ -154,7 +157,10 @@ def search_hit(hit: Hit, score_type: str) -> dict[str, object]:
     fields: dict[str, object] = {"id": hit.id, "score": hit.score, "score_type": score_type}
     if hit.scores is not None:
         fields["scores"] = hit.scores
-    return fields | {"text": hit.text, "metadata": hit.metadata}
+    fields |= {"text": hit.text, "metadata": hit.metadata}
+    if hit.chunk is not None:
+        fields["chunk"] = {"text": hit.chunk.text, "start": hit.chunk.start, "end": hit.chunk.end}
+    return fields
 
 
 @router.post("/v1/collections/{name}/reindex", status_code=202, response_model=ReindexTaskObject, responses=ERRORS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -25,6 +25,14 @@ MAX_METADATA_INT = 2**63 - 1
 
 
 @dataclass(frozen=True)
+class Chunking:
+    """A collection's chunking: spans of at most `max_tokens` tokens, each sharing `overlap` with the one before."""
+
+    max_tokens: int
+    overlap: int
+
+
+@dataclass(frozen=True)
 class Collection:
     """A collection's own record; `documents` is counted by the store when it answers."""
 
@@ -38,6 +46,7 @@ class Collection:
     documents: int = 0
     reindex_task: str | None = None  # the re-index job under way: searches and writes wait for it (409)
     lexical: str | None = None  # the analyzer whose terms every document has; None: no lexical index (yet)
+    chunking: Chunking | None = None  # None: a document is one point, its text embedded up to the model's maximum
 
     def counted(self, documents: int) -> Collection:
         return replace(self, documents=documents)
@@ -54,11 +63,15 @@ class Collection:
             "metadata": self.metadata,
             "reindex_task": self.reindex_task,
             "lexical": self.lexical,
+            "chunking": None if self.chunking is None else asdict(self.chunking),
         }
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Collection:
-        return cls(**{key: record[key] for key in cls.__dataclass_fields__ if key in record})
+        fields = {key: record[key] for key in cls.__dataclass_fields__ if key in record}
+        if fields.get("chunking") is not None:
+            fields["chunking"] = Chunking(**fields["chunking"])
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -71,12 +84,22 @@ class Document:
 
 
 @dataclass(frozen=True)
+class ChunkSpan:
+    """The chunk a document of a chunked collection was found by: its text and span (code points)."""
+
+    text: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
 class Hit:
     id: str
     score: float  # the search mode's: cosine similarity (dense), BM25 (lexical), the fused score (hybrid)
     text: str
     metadata: Metadata
     scores: dict[str, float] | None = None  # hybrid: the hit's score in each list that found it, by mode
+    chunk: ChunkSpan | None = None  # chunked collections: the document's best chunk
 
 
 Vector: TypeAlias = npt.NDArray[np.float32]

@@ -20,10 +20,12 @@ from typing import Any, TypeVar
 
 from qdrant_edge import CountRequest, EdgeOptimizersConfig, EdgeShard, ScrollRequest, UpdateOperation
 
+from gateway.search import chunks
 from gateway.search import embedded_points as points
 from gateway.search.documents import Collection, Document, Hit, Vector
 from gateway.search.embedded_files import create_files, delete_files, open_shard, read_catalog, write_record
 from gateway.search.filters import Filter
+from gateway.search.qdrant_filter import to_qdrant
 from gateway.search.shard_index import (
     MIN_UNINDEXED_POINTS,
     ShardReaders,
@@ -90,8 +92,10 @@ class EmbeddedStore:
 
     async def get_collection(self, name: str) -> Collection:
         collection = await self.collection(name)
+        # a chunked collection's documents are its first chunks
+        first_chunks = to_qdrant(chunks.FIRST) if collection.chunking is not None else None
         async with self._reading(name) as shard:
-            return collection.counted(await self._run(shard.count, CountRequest(exact=True)))
+            return collection.counted(await self._run(shard.count, CountRequest(exact=True, filter=first_chunks)))
 
     async def list_collections(self) -> list[Collection]:
         names = sorted(await self._catalog())

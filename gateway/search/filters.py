@@ -23,6 +23,7 @@ Scalar: TypeAlias = str | int | float | bool
 Comparison = Literal["$eq", "$ne", "$gt", "$gte", "$lt", "$lte"]
 Membership = Literal["$in", "$nin"]
 FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+RESERVED_PREFIX = "__"  # the gateway's own fields (a chunked collection's: `chunks.py`)
 RANGE_OPERATORS = ("$gt", "$gte", "$lt", "$lte")
 MAX_DEPTH = 8
 MAX_CONDITIONS = 64
@@ -63,6 +64,11 @@ def parse_filter(raw: object, *, param: str = "filter") -> Filter:
 
 
 def check_field_name(name: str, where: str) -> None:
+    if name.startswith(RESERVED_PREFIX):
+        raise InvalidRequestError(
+            f"{where}: metadata field names starting with {RESERVED_PREFIX} are the gateway's; got {name!r}",
+            param=where.split(".", 1)[0],
+        )
     if not FIELD_NAME.match(name):
         raise InvalidRequestError(
             f"{where}: metadata field names are letters, digits and _ (at most 64, not starting with a digit); "

@@ -26,6 +26,7 @@ from pymilvus import DataType, MilvusClient
 from gateway.errors import InvalidRequestError
 from gateway.observability import quiet_pymilvus
 from gateway.redis_client import RedisConnection
+from gateway.search import chunks
 from gateway.search.documents import Collection, Document, Hit, Vector
 from gateway.search.filters import Filter
 from gateway.search.milvus_clock import STRONG, ReadLevel, WriteClock
@@ -88,14 +89,14 @@ class MilvusStore:
 
     async def get_collection(self, name: str) -> Collection:
         collection = await self._record(name, fresh=True)
-        return collection.counted(await self._counted(milvus_name(name)))
+        return collection.counted(await self._counted(milvus_name(name), collection))
 
     async def list_collections(self) -> list[Collection]:
         records = await self._run(self._catalog_rows, "", await self._clock.level(CATALOG))
         counted = []
         for record in records:
             collection = Collection.from_record(record)
-            counted.append(collection.counted(await self._counted(milvus_name(collection.name))))
+            counted.append(collection.counted(await self._counted(milvus_name(collection.name), collection)))
         return sorted(counted, key=lambda c: c.name)
 
     async def update_collection(self, collection: Collection) -> None:
@@ -206,8 +207,10 @@ class MilvusStore:
         self._records[name] = (collection, time.monotonic() + CATALOG_TTL_SECONDS)
         return collection
 
-    async def _counted(self, target: str) -> int:
-        return await self._run(self._count, target, "", await self._clock.level(target))
+    async def _counted(self, target: str, collection: Collection) -> int:
+        """Its documents: a chunked collection's are its first chunks."""
+        expression = to_milvus(chunks.FIRST) if collection.chunking is not None else ""
+        return await self._run(self._count, target, expression, await self._clock.level(target))
 
     async def _flush(self, target: str) -> None:
         await self._run(self._seal, target)

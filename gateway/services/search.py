@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import orjson
@@ -28,6 +29,7 @@ from gateway.errors import (
 )
 from gateway.search.analyzer import ANALYZER, analyze, analyze_many
 from gateway.search.documents import (
+    Chunking,
     Collection,
     Document,
     Hit,
@@ -41,6 +43,7 @@ from gateway.search.store import DocumentWrite, LexicalSearchUnavailableError, V
 from gateway.services.embeddings import EmbeddingResult, EmbeddingService
 from gateway.services.rerank import MAX_DOCUMENTS as MAX_RERANK_DOCUMENTS
 from gateway.services.rerank import RERANKER_ALIAS, RerankResult, RerankService
+from gateway.services.search_chunks import ChunkedDocuments
 from gateway.services.search_reindex import ReindexJobs
 from gateway.services.texts import check_text
 from gateway.settings import LimitSettings
@@ -55,7 +58,9 @@ __all__ = [
     "MAX_QUERY_INSTRUCTION_CHARS",
     "MAX_TOP_K",
     "READY_TIMEOUT_SECONDS",
+    "RERANK_CANDIDATES",
     "SEARCH_MODES",
+    "Chunking",
     "Collection",
     "Document",
     "DocumentNotFoundError",
@@ -72,6 +77,9 @@ __all__ = [
 ]  # fmt: skip
 
 SEARCH_MODES = ("dense", "lexical", "hybrid")
+# A search that answers `depth` points, and what makes `top_k` documents of it.
+PointSearch = Callable[[int], Awaitable[list[Hit]]]
+Finder = Callable[[PointSearch, int], Awaitable[list[Hit]]]
 ScoreType = Literal["cosine", "bm25", "rrf", "weighted", "relevance"]
 RERANK_CANDIDATES = 50  # hits of the search's mode the reranker scores when a search asks for a rerank
 MAX_DOCUMENTS_PER_CALL = 1000
@@ -142,12 +150,14 @@ class SearchService:
         limits: LimitSettings,
         jobs: ReindexJobs | None = None,
         reranker: RerankService | None = None,
+        chunks: ChunkedDocuments | None = None,
     ) -> None:
         self._backend = store
         self._embeddings = embeddings
         self._limits = limits
         self._jobs = jobs
         self._reranker = reranker
+        self._chunked = chunks
 
     def check_enabled(self) -> None:
         """Raise `SearchDisabledError` when search is disabled (the REST routes call it before reading a body)."""
@@ -171,7 +181,11 @@ class SearchService:
         return "ok" if ready else "degraded"
 
     async def create_collection(
-        self, name: str, query_instruction: str | None, metadata: dict[str, Any] | None
+        self,
+        name: str,
+        query_instruction: str | None,
+        metadata: dict[str, Any] | None,
+        chunking: Chunking | None = None,
     ) -> Collection:
         store = self._store
         check_collection_name(name)
@@ -184,6 +198,8 @@ class SearchService:
                 f"metadata is at most {MAX_COLLECTION_METADATA_BYTES} bytes of JSON", param="metadata"
             )
         info = await self._embeddings.model_info()
+        if chunking is not None:
+            check_chunking(chunking, info.max_sequence_length)
         collection = Collection(
             name,
             info.name,
@@ -193,6 +209,7 @@ class SearchService:
             query_instruction,
             metadata or {},
             lexical=ANALYZER if store.lexical else None,
+            chunking=chunking,
         )
         await store.create_collection(collection)
         return collection
@@ -222,7 +239,12 @@ class SearchService:
         for index, document in enumerate(documents):
             self._check(index, document)
         unique = list({d.id: d for d in documents}.values())  # a repeated id: its last version is the one kept
-        await self._current(name)
+        collection = await self._current(name)
+        if collection.chunking is not None:
+            tokens, model = await self._chunks.upsert(
+                name, collection.chunking, unique, int(time.time()), use_cache=use_cache
+            )
+            return UpsertResult([d.id for d in unique], tokens, [], model)
         texts = [d.text for d in unique]
         # The terms on a worker thread while Triton embeds: segmenting a long batch takes milliseconds.
         terms, result = await asyncio.gather(
@@ -261,7 +283,10 @@ class SearchService:
         store = self._store
         check_collection_name(name)
         check_document_id(document_id)
-        found = await store.get_documents(name, [document_id])
+        if (await store.collection(name)).chunking is not None:
+            found = await self._chunks.get(name, [document_id])
+        else:
+            found = await store.get_documents(name, [document_id])
         if not found:
             raise DocumentNotFoundError(name, document_id)
         return found[0]
@@ -270,8 +295,10 @@ class SearchService:
         store = self._store
         check_collection_name(name)
         check_document_id(document_id)
-        check_writable(await store.collection(name))
-        if not await store.delete_documents(name, [document_id]):
+        collection = await store.collection(name)
+        check_writable(collection)
+        delete = self._chunks.delete if collection.chunking is not None else store.delete_documents
+        if not await delete(name, [document_id]):
             raise DocumentNotFoundError(name, document_id)
 
     async def delete_documents(self, name: str, ids: list[str] | None, where: object | None) -> int:
@@ -280,7 +307,9 @@ class SearchService:
         check_collection_name(name)
         if (ids is None) == (where is None):
             raise InvalidRequestError("send either ids or filter", param="ids")
-        check_writable(await store.collection(name))
+        collection = await store.collection(name)
+        check_writable(collection)
+        chunked = collection.chunking is not None
         if ids is not None:
             if len(ids) > MAX_DOCUMENTS_PER_CALL:
                 raise PayloadTooLargeError(
@@ -288,8 +317,17 @@ class SearchService:
                 )
             for index, document_id in enumerate(ids):
                 check_document_id(document_id, f"ids[{index}]")
-            return await store.delete_documents(name, ids) if ids else 0
-        return await store.delete_matching(name, parse_filter(where))
+            if not ids:
+                return 0
+            return await (self._chunks.delete(name, ids) if chunked else store.delete_documents(name, ids))
+        parsed = parse_filter(where)
+        return await (self._chunks.delete_matching(name, parsed) if chunked else store.delete_matching(name, parsed))
+
+    @property
+    def _chunks(self) -> ChunkedDocuments:
+        if self._chunked is None:  # search disabled, or a service built without chunking (tests)
+            raise SearchDisabledError()
+        return self._chunked
 
     async def search(
         self,
@@ -337,25 +375,49 @@ class SearchService:
         min_score: float | None,
         use_cache: bool,
     ) -> SearchResult:
-        name, store = collection.name, self._store
+        """The mode's best `top_k` documents (a chunked collection's: each once, by its best chunk, with its whole
+        text)."""
+        name, found = collection.name, self._finder(collection)
+
+        def lexical(floor: float | None) -> Callable[[int], Awaitable[list[Hit]]]:
+            return partial(self._lexical, name, query, where=where, min_score=floor)
+
+        async def dense(depth: int, floor: float | None) -> tuple[EmbeddingResult, list[Hit]]:
+            result = await self._embeddings.embed(
+                [query], use_cache=use_cache, input_type="query", instruction=collection.query_instruction
+            )
+            vector = result.vectors[0]
+            return result, await found(partial(self._store.search, name, vector, where=where, min_score=floor), depth)
+
         if mode == "lexical":
-            hits = await self._lexical(name, query, top_k, where, min_score)
+            hits = await self._texts(collection, await found(lexical(min_score), top_k))
             return SearchResult(hits, 0, False, collection.model, "bm25", embedded=False)
-        embedding = self._embeddings.embed(
-            [query], use_cache=use_cache, input_type="query", instruction=collection.query_instruction
-        )
         if mode == "dense":
-            result = await embedding
-            hits = await store.search(name, result.vectors[0], top_k, where, min_score)
-            return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model, "cosine")
-        fusion = fusion or Fusion()
-        depth = max(top_k, fusion.candidates)
-        lexical, (result, dense) = await asyncio.gather(
-            self._lexical(name, query, depth, where, None), self._dense(name, embedding, depth, where)
-        )
-        hits = fuse({"dense": dense, "lexical": lexical}, fusion, top_k)
-        hits = [h for h in hits if min_score is None or h.score >= min_score]
-        return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model, fusion.method)
+            result, hits = await dense(top_k, min_score)
+            score_type: ScoreType = "cosine"
+        else:
+            fusion = fusion or Fusion()
+            depth = max(top_k, fusion.candidates)
+            # the words' search runs while Triton embeds the query
+            words, (result, meaning) = await asyncio.gather(found(lexical(None), depth), dense(depth, None))
+            hits = fuse({"dense": meaning, "lexical": words}, fusion, top_k)
+            hits = [h for h in hits if min_score is None or h.score >= min_score]
+            score_type = fusion.method
+        hits = await self._texts(collection, hits)
+        return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model, score_type)
+
+    def _finder(self, collection: Collection) -> Finder:
+        """How `top_k` documents are read from a search that answers `depth` points."""
+        if collection.chunking is not None:
+            return self._chunks.found
+
+        async def points(search: PointSearch, top_k: int) -> list[Hit]:
+            return await search(top_k)
+
+        return points
+
+    async def _texts(self, collection: Collection, hits: list[Hit]) -> list[Hit]:
+        return hits if collection.chunking is None else await self._chunks.with_texts(collection.name, hits)
 
     async def _rerank(
         self, query: str, hits: list[Hit], top_k: int, min_score: float | None
@@ -365,7 +427,9 @@ class SearchService:
             raise RerankerNotServedError(RERANKER_ALIAS)
         if not hits:
             return [], None
-        ranked = await self._reranker.rerank(query, [h.text for h in hits], top_n=top_k)
+        # a chunked collection's document is judged by the chunk that found it: what fits the reranker's length
+        texts = [h.text if h.chunk is None else h.chunk.text for h in hits]
+        ranked = await self._reranker.rerank(query, texts, top_n=top_k)
         reranked = [
             dataclasses.replace(hits[r.index], score=r.relevance_score, scores=retrieval_scores(hits[r.index]))
             for r in ranked.results
@@ -377,12 +441,6 @@ class SearchService:
     ) -> list[Hit]:
         terms = analyze(query)
         return await self._store.lexical_search(name, terms, top_k, where, min_score) if terms else []
-
-    async def _dense(
-        self, name: str, embedding: Awaitable[EmbeddingResult], top_k: int, where: Filter | None
-    ) -> tuple[EmbeddingResult, list[Hit]]:
-        result = await embedding
-        return result, await self._store.search(name, result.vectors[0], top_k, where, None)
 
     async def _current(self, name: str) -> Collection:
         """The collection, if its vectors come from the model served now (else 409: re-index)."""
@@ -416,6 +474,24 @@ def check_mode(mode: str, fusion: Fusion | None) -> None:
         raise InvalidRequestError(f"mode is one of {', '.join(SEARCH_MODES)}; got {mode!r}", param="mode")
     if fusion is not None and mode != "hybrid":
         raise InvalidRequestError(f"fusion applies to mode hybrid, not {mode}", param="fusion")
+
+
+MIN_CHUNK_TOKENS = 16
+
+
+def check_chunking(chunking: Chunking, max_sequence_length: int) -> None:
+    """Chunks that fit the served model, each sharing at most half of itself with the one before."""
+    if not MIN_CHUNK_TOKENS <= chunking.max_tokens <= max_sequence_length:
+        raise InvalidRequestError(
+            f"chunking.max_tokens is {MIN_CHUNK_TOKENS} to the served model's maximum of {max_sequence_length} tokens, "
+            f"got {chunking.max_tokens}",
+            param="chunking.max_tokens",
+        )
+    if not 0 <= chunking.overlap <= chunking.max_tokens // 2:
+        raise InvalidRequestError(
+            f"chunking.overlap is 0 to half of max_tokens ({chunking.max_tokens // 2}), got {chunking.overlap}",
+            param="chunking.overlap",
+        )
 
 
 def check_rerank(candidates: int, top_k: int) -> None:

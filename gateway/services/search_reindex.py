@@ -37,9 +37,11 @@ from gateway import metrics
 from gateway.background import cancel_and_wait
 from gateway.errors import ConflictError, GatewayError, NotFoundError, UpstreamUnavailableError
 from gateway.search.analyzer import ANALYZER, analyze_many
+from gateway.search.chunks import DOCUMENT, INDEX
 from gateway.search.documents import Collection, Document, Vector
 from gateway.search.store import CollectionNotFoundError, IndexUpdate, VectorStore
 from gateway.services.embeddings import EmbeddingService
+from gateway.services.search_chunks import ChunkedDocuments
 from gateway.tasks.base import PURGE_EVERY_SECONDS, Lease, TaskStore
 from gateway.tasks.model import Task, TaskError, TaskState
 from gateway.tasks.redis_store import RedisTaskStore
@@ -62,6 +64,7 @@ class ReindexJobs:
         tasks: TaskStore,
         store: VectorStore,
         embeddings: EmbeddingService,
+        chunks: ChunkedDocuments | None = None,
         *,
         owner: str,
         retention_seconds: float,
@@ -71,6 +74,7 @@ class ReindexJobs:
         self._tasks = tasks
         self._store = store
         self._embeddings = embeddings
+        self._chunks = chunks
         self._owner = owner
         self._retention = retention_seconds
         self._lease_seconds = lease_seconds
@@ -218,9 +222,12 @@ class ReindexJobs:
                 progress = {**progress, "cursor": None, "documents": 0}  # from the start, with the new revision
                 task = await self._save(dataclasses.replace(task, arguments=arguments), TaskState.PROCESSING, progress)
             documents, following = await self._store.scroll(name, progress.get("cursor"), PAGE_DOCUMENTS)
-            if documents:
+            if collection.chunking is not None:
+                done = await self._rechunk(collection, documents)
+            elif documents:
                 await self._store.set_index(name, await self._index(collection, task, documents))
-            progress = {**progress, "cursor": following, "documents": int(progress["documents"]) + len(documents)}
+                done = len(documents)
+            progress = {**progress, "cursor": following, "documents": int(progress["documents"]) + done}
             task = await self._save(task, TaskState.PROCESSING, progress)
             if following is None:
                 break
@@ -243,6 +250,16 @@ class ReindexJobs:
         if (collection.model, collection.model_revision) != (task.arguments["model"], task.arguments["model_revision"]):
             vectors = list((await self._embeddings.embed(texts)).vectors)
         return {d.id: IndexUpdate(v, t) for d, v, t in zip(documents, vectors, terms, strict=True)}
+
+    async def _rechunk(self, collection: Collection, page: list[Document]) -> int:
+        """A chunked collection's page of chunks: each document whose first chunk it holds is chunked, embedded
+        and written again whole (the served model's tokenizer may cut it otherwise), its timestamps kept."""
+        if self._chunks is None or collection.chunking is None:
+            raise RuntimeError("a chunked collection's re-index needs the chunked documents")
+        firsts = [str(d.metadata[DOCUMENT]) for d in page if d.metadata.get(INDEX) == 0]
+        for document in await self._chunks.get(collection.name, firsts):
+            await self._chunks.upsert(collection.name, collection.chunking, [document], document.updated_at)
+        return len(firsts)
 
     async def _task(self, task_id: str) -> Task:
         task = await self._tasks.get(task_id)

@@ -62,6 +62,11 @@ class TritonSettings(BaseSettings):
         "once more on another within its deadline, and that Triton gets no calls until its model is ready again.",
     )
     model: str = Field("bge", description="Ensemble that maps TEXT to EMBEDDING.")
+    chunker_model: str = Field(
+        "bge_chunker",
+        description="Model that splits a text into spans of the served model's tokens (installed by `make export`), "
+        "for collections created with `chunking`.",
+    )
     reranker_model: str = Field(
         "reranker",
         description="Ensemble that maps QUERY and DOCUMENT to SCORE (`make export-reranker`); where Triton has none, "

@@ -144,6 +144,23 @@ class RerankerNotServedError(UpstreamUnavailableError):
         )
 
 
+class ChunkerNotServedError(UpstreamUnavailableError):
+    """An upsert into a chunked collection on a gateway whose Triton serves no chunker (a model repository exported
+    before chunking).
+
+    Do: operator: export the model again (`make export`: it installs `bge_chunker` beside the model) and restart
+    Triton; `TRITON_CHUNKER_MODEL` names it.
+    """
+
+    code = "chunker_not_served"
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"no chunker is served: Triton has no model {model!r} (export the model again with `make export`)",
+            param="chunking",
+        )
+
+
 @dataclass(frozen=True)
 class TritonEmbeddings:
     """One call's outputs, rows in input order."""
@@ -328,6 +345,30 @@ class TritonClient:
             truncated=np.asarray(result.as_numpy("TRUNCATED"), dtype=np.bool_).reshape(-1),
         )
 
+    async def chunk(self, text: str, max_tokens: int, overlap: int) -> list[tuple[int, int]]:
+        """The spans ([start, end) in code points) of `text`'s chunks of at most `max_tokens` of the served model's
+        tokens (its special tokens included), each overlapping the one before by `overlap` tokens."""
+        model = self._settings.chunker_model
+        inputs = [text_input("TEXT", [text], shape=[1])]
+        for name, value in (("MAX_TOKENS", max_tokens), ("OVERLAP", overlap)):
+            tensor = grpcaio.InferInput(name, [1], "INT32")
+            tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+            inputs.append(tensor)
+
+        async def spans(client: grpcaio.InferenceServerClient, seconds: float) -> Any:
+            try:
+                return await client.infer(model, inputs, outputs=[grpcaio.InferRequestedOutput("SPANS")],
+                                          client_timeout=seconds)  # fmt: skip
+            except InferenceServerException as exc:  # a model it does not have is not an outage of this Triton
+                if "unknown model" in str(exc.message() or exc):
+                    return None
+                raise
+
+        result = await self._call(spans, self._settings.timeout_seconds)
+        if result is None:
+            raise ChunkerNotServedError(model)
+        return [(int(start), int(end)) for start, end in np.asarray(result.as_numpy("SPANS")).reshape(-1, 2)]
+
     async def _call(self, call: TritonCall, timeout: float) -> Any:
         """`call` (idempotent: every call this client makes is) on the next Triton in rotation; where that one is
         unavailable (stopping, gone, unreachable), once more on another within what is left of `timeout`."""
@@ -363,9 +404,11 @@ class TritonClient:
         return result
 
 
-def text_input(name: str, texts: list[str]) -> grpcaio.InferInput:
-    """A [len(texts), 1] BYTES input of UTF-8 texts."""
+def text_input(name: str, texts: list[str], shape: list[int] | None = None) -> grpcaio.InferInput:
+    """A [len(texts), 1] BYTES input of UTF-8 texts (or of `shape`: a model that takes no batch)."""
     raw = np.array([[t.encode("utf-8")] for t in texts], dtype=np.object_)
+    if shape is not None:
+        raw = raw.reshape(shape)
     tensor = grpcaio.InferInput(name, list(raw.shape), "BYTES")
     tensor.set_data_from_numpy(raw)
     return tensor

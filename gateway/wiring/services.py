@@ -50,12 +50,14 @@ async def open_services(
         video = await stack.enter_async_context(
             video_service(settings.video, settings.tasks, settings.server.public_url, redis)
         )
-        store, jobs = await stack.enter_async_context(search_parts(settings.search, settings.tasks, embeddings, redis))
+        store, jobs, chunks = await stack.enter_async_context(
+            search_parts(settings.search, settings.tasks, embeddings, redis, client, settings.triton.chunker_model)
+        )
         yield Services(
             embeddings=BilledEmbeddings(embeddings, keys.usage),
             chat=BilledChat(chat, keys.gatekeeper, keys.usage),
             video=BilledVideo(video, keys.gatekeeper, keys.usage, settings.video.model_path),
-            search=BilledSearch(store, embeddings, settings.limits, keys.usage, jobs, rerank),
+            search=BilledSearch(store, embeddings, settings.limits, keys.usage, jobs, rerank, chunks),
             rerank=BilledRerank(rerank, keys.usage),
             models=ModelsService(
                 triton,

@@ -1,13 +1,11 @@
 """Reranking through the gateway, REST and gRPC, on a real Triton serving the real MiniLM export and a tiny random
-BERT cross-encoder exported beside it (its FP32 graph, so that scores can be held to sentence-transformers'
-CrossEncoder): /v1/rerank in the TEI/Cohere/Jina shape, search with `rerank`, keys, usage and prices, bad input, and
-a gateway whose Triton has no reranker."""
+BERT cross-encoder exported beside it (`triton_fp32`: FP32 graphs, so that scores can be held to
+sentence-transformers' CrossEncoder): /v1/rerank in the TEI/Cohere/Jina shape, search with `rerank`, keys, usage
+and prices, bad input, and a gateway whose Triton has no reranker."""
 
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,20 +16,15 @@ import httpx
 import numpy as np
 import pytest
 
-from export.checkpoint import Checkpoint
-from export.repository import copy_with_config
-from export.reranker.pipeline import main_export
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
 from gateway.settings import AuthSettings, ModelPrice, UsageSettings
 from localtriton.server import TritonProcess
-from tests.helpers.cross_encoders import bert_cross_encoder
 from tests.helpers.running_gateway import RunningGateway
-from tests.helpers.triton_configs import run_fp32
+from tests.integration.conftest import RERANKER_MAX_LENGTH
 from tests.integration.gateway.test_search_rest import create, search, upsert
 
 pytestmark = pytest.mark.slow
 
-MAX_LENGTH = 128
 QUERY = "How do I reset my password?"
 DOCUMENTS = [
     "Open Settings, choose Account and click 'Reset password'.",
@@ -46,38 +39,18 @@ PRICE_PER_1000_TOKENS = 3.0
 
 
 @pytest.fixture(scope="module")
-def cross_encoder(tmp_path_factory: pytest.TempPathFactory, minilm: Checkpoint) -> Path:
-    return bert_cross_encoder(tmp_path_factory.mktemp("reranker-checkpoint"), minilm, MAX_LENGTH)
-
-
-@pytest.fixture(scope="module")
-def reranking_triton(
-    minilm_repository: Path,
-    cross_encoder: Path,
-    triton_factory: Callable[[Path], TritonProcess],
-    tmp_path_factory: pytest.TempPathFactory,
-) -> TritonProcess:
-    """The session's MiniLM repository (files linked, not copied) with the reranker exported into it."""
-    exported = tmp_path_factory.mktemp("reranking") / "model_repository"
-    shutil.copytree(minilm_repository, exported, copy_function=os.link)
-    main_export(str(cross_encoder), exported, max_length=MAX_LENGTH, work_dir=tmp_path_factory.mktemp("work"))
-    fp32 = tmp_path_factory.mktemp("reranking-fp32") / "model_repository"
-    return triton_factory(copy_with_config(exported, fp32, run_fp32, model="reranker_onnx"))
-
-
-@pytest.fixture(scope="module")
 def logits(cross_encoder: Path) -> list[float]:
     import torch
     from sentence_transformers import CrossEncoder
 
-    model = CrossEncoder(str(cross_encoder), device="cpu", max_length=MAX_LENGTH)
+    model = CrossEncoder(str(cross_encoder), device="cpu", max_length=RERANKER_MAX_LENGTH)
     pairs = [(QUERY, d) for d in DOCUMENTS]
     return [float(x) for x in model.predict(pairs, activation_fn=torch.nn.Identity(), show_progress_bar=False)]
 
 
 @pytest.fixture
-def gateway(reranking_triton: TritonProcess, gateway_factory: Callable[..., RunningGateway]) -> RunningGateway:
-    return gateway_factory(reranking_triton.grpc_url)
+def gateway(triton_fp32: TritonProcess, gateway_factory: Callable[..., RunningGateway]) -> RunningGateway:
+    return gateway_factory(triton_fp32.grpc_url)
 
 
 def rerank(
@@ -176,7 +149,7 @@ def test_search_reranks_its_candidates(gateway: RunningGateway, http: httpx.Clie
 
 
 def test_reranks_need_their_scope_and_go_on_the_usage_record_with_their_price(
-    reranking_triton: TritonProcess,
+    triton_fp32: TritonProcess,
     gateway_factory: Callable[..., RunningGateway],
     http: httpx.Client,
     tmp_path: Path,
@@ -188,10 +161,10 @@ def test_reranks_need_their_scope_and_go_on_the_usage_record_with_their_price(
         f"  - {{name: searcher, team: t, secret: {SEARCHER}, scopes: [search, embeddings]}}\n"
         f"  - {{name: all, team: t, secret: {EVERYTHING_OF_0_2}, scopes: [embeddings, chat, video, search]}}\n"
     )
-    probe = gateway_factory(reranking_triton.grpc_url)
+    probe = gateway_factory(triton_fp32.grpc_url)
     model = rerank(http, probe, query=QUERY, documents=DOCUMENTS).json()["model"]
     keyed = gateway_factory(
-        reranking_triton.grpc_url,
+        triton_fp32.grpc_url,
         auth=AuthSettings(keys_file=str(keys_file), keys_sqlite_path=str(tmp_path / "keys.sqlite3")),
         usage=UsageSettings(
             usage_sqlite_path=str(tmp_path / "usage.sqlite3"), prices={model: ModelPrice(rerank=PRICE_PER_1000_TOKENS)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ import pytest
 
 from gateway.search import embedded as embedded_module
 from gateway.search.analyzer import analyze
-from gateway.search.documents import Collection
+from gateway.search.documents import Chunking, Collection
 from gateway.search.embedded import EmbeddedStore
 from gateway.search.filters import parse_filter
 from gateway.search.milvus import MilvusStore
@@ -32,6 +33,11 @@ from gateway.search.store import (
     SearchStoreUnavailableError,
     VectorStore,
 )
+from gateway.services.embeddings import EmbeddingService
+from gateway.services.search import NewDocument
+from gateway.services.search_chunks import ChunkedDocuments
+from gateway.settings import LimitSettings
+from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 from localtriton.ports import free_port
 from tests.helpers.milvus_fixtures import MilvusStandalone, milvus_server  # noqa: F401 (a fixture)
 
@@ -374,3 +380,54 @@ async def test_a_field_with_values_of_two_types_filters_each(store_factory: Stor
         assert [h.id for h in await store.search(created.name, unit(1), 5, parse_filter({"size": 3}), None)] == ["n"]
         large = await store.search(created.name, unit(1), 5, parse_filter({"size": "large"}), None)
         assert [h.id for h in large] == ["s"]
+
+
+class WordChunker:
+    """Two words a chunk: the spans Triton's chunker draws are its business (tests/integration/triton); here the
+    stores' part of a chunked collection is what is under test."""
+
+    async def chunk(self, text: str, max_tokens: int, overlap: int) -> list[tuple[int, int]]:
+        words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+        return [(words[i][0], words[min(i + 2, len(words)) - 1][1]) for i in range(0, len(words), 2)] or [(0, 0)]
+
+
+class WordCountEmbedder:
+    """A vector per text from its length: enough for the stores, which hold whatever they are given."""
+
+    async def model_info(self, *, refresh: bool = False) -> ModelInfo:
+        return ModelInfo("m", "rev1", max_batch_size=256, max_sequence_length=64, dimension=DIMENSIONS)
+
+    async def embed(self, texts: list[str]) -> TritonEmbeddings:
+        rows = np.stack([unit(len(text)) for text in texts])
+        return TritonEmbeddings(rows, np.ones(len(texts), dtype=np.int32), np.zeros(len(texts), dtype=np.bool_))
+
+    async def ready(self) -> bool:
+        return True
+
+
+async def test_a_chunked_collections_documents_are_counted_read_replaced_and_deleted_whole(
+    store_factory: StoreFactory,
+) -> None:
+    created = dataclasses.replace(collection(), chunking=Chunking(16, 0))
+    async with aclosing(store_factory()) as store:
+        documents = ChunkedDocuments(
+            store, EmbeddingService(WordCountEmbedder(), None, LimitSettings()), WordChunker(), "c"
+        )
+        await store.create_collection(created)
+        written = [
+            NewDocument("a", "one two  three four\nfive", {"k": "x"}),
+            NewDocument("b", "six seven", {"k": "y"}),
+        ]
+        await documents.upsert(created.name, Chunking(16, 0), written, now=10)
+        assert (await store.get_collection(created.name)).documents == 2  # documents, not their 4 chunks
+        found = {d.id: d for d in await documents.get(created.name, ["a", "b", "missing"])}
+        assert {i: (d.text, d.metadata, d.updated_at) for i, d in found.items()} == {
+            "a": ("one two  three four\nfive", {"k": "x"}, 10),
+            "b": ("six seven", {"k": "y"}, 10),
+        }
+        await documents.upsert(created.name, Chunking(16, 0), [NewDocument("a", "one", {"k": "x"})], now=20)
+        assert [d.text for d in await documents.get(created.name, ["a"])] == ["one"]
+        assert len(await store.search(created.name, unit(3), 10, None, None)) == 2  # a's stale chunks are gone
+        assert await documents.delete_matching(created.name, parse_filter({"k": "x"})) == 1
+        assert await documents.delete(created.name, ["b", "missing"]) == 1
+        assert (await store.get_collection(created.name)).documents == 0

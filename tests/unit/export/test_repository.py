@@ -29,9 +29,10 @@ def test_every_tracked_config_parses_as_triton_model_config(path: Path) -> None:
     assert config.name == path.parent.name if path.parent.name != "configs" else path.parent.parent.name
 
 
-def test_all_four_configs_are_tracked() -> None:
+def test_all_five_configs_are_tracked() -> None:
     assert [str(p.relative_to(TRACKED_REPOSITORY)) for p in CONFIG_FILES] == [
         "bge/config.pbtxt",
+        "bge_chunker/config.pbtxt",
         "bge_onnx/config.pbtxt",
         "bge_onnx/configs/onnxruntime_gpu.pbtxt",
         "bge_tokenizer/config.pbtxt",
@@ -57,6 +58,24 @@ def test_ensemble_contract(minilm: Checkpoint) -> None:
     assert (embedding.name, embedding.data_type, list(embedding.dims)) == ("EMBEDDING", mc.TYPE_FP32, [384])
     assert [step.model_name for step in config.ensemble_scheduling.step] == ["bge_tokenizer", "bge_onnx"]
     assert config.parameters["model_revision"].string_value == minilm.revision
+
+
+def test_chunker_contract(minilm: Checkpoint) -> None:
+    config = parse(rendered_configs(default_model(minilm))["bge_chunker/config.pbtxt"])
+    assert (config.backend, config.max_batch_size) == ("python", 0)  # one text per request
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
+        ("TEXT", mc.TYPE_STRING, [1]),
+        ("MAX_TOKENS", mc.TYPE_INT32, [1]),
+        ("OVERLAP", mc.TYPE_INT32, [1]),
+    ]
+    assert [(o.name, o.data_type, list(o.dims)) for o in config.output] == [("SPANS", mc.TYPE_INT32, [-1, 2])]
+    (group,) = config.instance_group
+    assert (group.kind, group.count) == (mc.ModelInstanceGroup.KIND_CPU, 1)
+    assert {k: v.string_value for k, v in config.parameters.items()} == {
+        "model_name": minilm.name,
+        "model_revision": minilm.revision,
+        "max_sequence_length": str(DEFAULT_MAX_LENGTH),
+    }
 
 
 def test_encoder_batches_ragged_requests_with_warmup(minilm: Checkpoint) -> None:
