@@ -16,6 +16,7 @@ import asyncio
 import csv
 import json
 import math
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,8 +178,9 @@ async def search_all(
     fusion: dict[str, object] | None = None,
     top_k: int = DEPTH,
     concurrency: int = 4,
+    latencies: list[float] | None = None,
 ) -> dict[str, list[Hit]]:
-    """Each query's hits in `mode`, `top_k` of them, best first."""
+    """Each query's hits in `mode`, `top_k` of them, best first; each request's seconds into `latencies`."""
     found: dict[str, list[Hit]] = {}
     semaphore = asyncio.Semaphore(concurrency)
     async with aiohttp_session(concurrency) as session:
@@ -188,7 +190,10 @@ async def search_all(
             if fusion is not None:
                 body["fusion"] = fusion
             async with semaphore:
+                started = time.perf_counter()
                 found[query_id] = await _search(session, f"{base_url}/v1/collections/{collection}/search", body)
+                if latencies is not None:
+                    latencies.append(time.perf_counter() - started)
 
         await asyncio.gather(*(one(query_id, text) for query_id, text in queries.items()))
     return found
@@ -246,6 +251,7 @@ class SetResult:
     tuned: Fusion | None  # the best fusion on the tuning judgements
     tuning: list[tuple[Fusion, float]]  # each fusion tried, with its nDCG@10 on the tuning judgements
     pytrec_eval: dict[str, float]  # one run's figures by pytrec_eval, beside ours
+    latency_ms: dict[str, tuple[float, float]]  # mode -> p50, p99 of a search for 10 through the API, one at a time
 
 
 async def evaluate(base_url: str, chosen: RetrievalSet, chunking: dict[str, int] | None = None) -> SetResult:
@@ -254,6 +260,7 @@ async def evaluate(base_url: str, chosen: RetrievalSet, chunking: dict[str, int]
     collection too, searched in each mode ("<mode>, chunked")."""
     await ingest(base_url, chosen.name, chosen.test.documents)
     test = chosen.test
+    latency_ms = {mode: await latency(base_url, chosen.name, test.queries, mode) for mode in MODES}
     found = {mode: await search_all(base_url, chosen.name, test.queries, mode) for mode in MODES}
     scores = {mode: figures(as_run(hits), test.qrels) for mode, hits in found.items()}
     scores["hybrid"] = await hybrid_figures(base_url, chosen.name, test, None)
@@ -277,7 +284,15 @@ async def evaluate(base_url: str, chosen: RetrievalSet, chunking: dict[str, int]
             )
         scores["hybrid, chunked"] = await hybrid_figures(base_url, chunked, test, None)
     check = trec_eval(as_run(found["dense"]), test.qrels)
-    return SetResult(chosen.name, len(test.documents), len(test.qrels), scores, tuned, tried, check)
+    return SetResult(chosen.name, len(test.documents), len(test.qrels), scores, tuned, tried, check, latency_ms)
+
+
+async def latency(base_url: str, collection: str, queries: Mapping[str, str], mode: str) -> tuple[float, float]:
+    """p50 and p99 milliseconds of searches for 10, one at a time (the query's embedding included)."""
+    seconds: list[float] = []
+    await search_all(base_url, collection, queries, mode, top_k=10, concurrency=1, latencies=seconds)
+    ordered = sorted(seconds)
+    return 1000 * ordered[len(ordered) // 2], 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 async def hybrid_figures(base_url: str, collection: str, split: Split, fusion: Fusion | None) -> dict[str, float]:
@@ -368,6 +383,7 @@ def as_json(result: SetResult) -> dict[str, object]:
         "tuned": None if result.tuned is None else wire(result.tuned),
         "tuning": [{"fusion": wire(f), "ndcg@10": score} for f, score in result.tuning],
         "pytrec_eval dense": result.pytrec_eval,
+        "latency ms p50, p99": result.latency_ms,
     }
 
 
