@@ -62,6 +62,15 @@ DOCUMENTS = [
     {"id": "weather", "text": "明天北京的天气怎么样？", "metadata": {"lang": "zh"}},
 ]
 QUERIES = ["unable to log into my profile", "XK-4711", "北京天气"]
+MANUAL = " ".join(
+    [
+        "Installation. Unpack the archive, run the installer and accept the licence; the service starts on port 8080.",
+        "Accounts. To reset a password, open Settings, choose Security and click 'Reset password'.",
+        "Backups. The nightly backup copies every collection to the bucket named in BACKUP_BUCKET.",
+        "Troubleshooting. If the service does not start, check that port 8080 is free and read the log.",
+    ]
+    * 3
+)
 
 
 def search_walkthrough(http: httpx.Client) -> None:
@@ -80,6 +89,7 @@ def search_walkthrough(http: httpx.Client) -> None:
             hits = http.post(f"{GATEWAY}/v1/collections/demo/search", json=body).json()["data"]
             shown = ", ".join(f"{hit['id']} ({hit['score_type']} {hit['score']:.3f})" for hit in hits) or "nothing"
             print(f"    {mode:>7}: {shown}")
+    chunked_document(http)
     texts = [d["text"] for d in DOCUMENTS]
     reranked = http.post(f"{GATEWAY}/v1/rerank", json={"query": "password problems", "documents": texts, "top_n": 2})
     if reranked.status_code == 200:
@@ -89,6 +99,19 @@ def search_walkthrough(http: httpx.Client) -> None:
         print(f"  rerank 'password problems': {best}")
     else:
         print(f"  rerank: {reranked.json()['error']['message']}")
+
+
+def chunked_document(http: httpx.Client) -> None:
+    """A long document in a collection that chunks: the search answers it once, with the chunk that matched."""
+    http.delete(f"{GATEWAY}/v1/collections/demo-manuals")
+    chunking = {"max_tokens": 48, "overlap": 8}
+    http.post(f"{GATEWAY}/v1/collections", json={"name": "demo-manuals", "chunking": chunking})
+    http.post(f"{GATEWAY}/v1/collections/demo-manuals/documents", json={"documents": [{"id": "guide", "text": MANUAL}]})
+    body = {"query": "where do backups go?", "top_k": 1}
+    (hit,) = http.post(f"{GATEWAY}/v1/collections/demo-manuals/search", json=body).json()["data"]
+    chunk = hit["chunk"]
+    print(f"  chunked ({len(MANUAL)} characters, {chunking}): 'where do backups go?' -> {hit['id']}, characters "
+          f"{chunk['start']}-{chunk['end']}: {chunk['text'][:70]!r}...")  # fmt: skip
 
 
 def image_task(http: httpx.Client) -> None:

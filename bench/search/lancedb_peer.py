@@ -23,13 +23,12 @@ For each set:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,17 @@ import numpy as np
 from bench.run_stats import RunStats
 from bench.search.api import embed
 from bench.search.quality import Vectors
-from bench.search.retrieval import DEPTH, MODES, RetrievalSet, Split, as_run, ndcg_at, recall_at, sets_in
+from bench.search.retrieval import (
+    DEPTH,
+    MODES,
+    RetrievalSet,
+    Split,
+    as_run,
+    ndcg_at,
+    recall_at,
+    served_gateway,
+    sets_in,
+)
 from gateway.search.documents import Hit
 
 TOP_KS = (10, DEPTH)  # nDCG@10 of the searches for 10, Recall@100 of those for 100
@@ -238,30 +247,11 @@ async def run_lancedb(base_url: str, chosen: RetrievalSet, work: Path) -> PeerRe
 # -- the command line ----------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def served_gateway(out: Path) -> Iterator[str]:
-    """Triton and a gateway (embedding cache off) as `retrieval.main` starts them; yields the gateway's URL."""
-    import tempfile
-
-    from bench.processes import ServerProcess, stopped_on_exit
-    from bench.stack import REPOSITORY, gateway, triton
-
-    with tempfile.TemporaryDirectory() as store, stopped_on_exit(servers := list[ServerProcess]()):
-        triton_endpoint = triton(out, REPOSITORY)
-        servers.append(triton_endpoint.server)
-        triton_endpoint.server.start(triton_endpoint.ready_url, timeout=300)
-        environment = {"EMBEDDING_CACHE_MB": "0", "SEARCH_PATH": store, "TRITON_URL": triton_endpoint.grpc_target}
-        endpoint = gateway(out, environment, "gateway-lancedb-peer")
-        servers.append(endpoint.server)
-        endpoint.server.start(endpoint.ready_url)
-        yield endpoint.base_url
-
-
 async def main(data: Path, names: Sequence[str], out: Path) -> list[PeerResult]:
     """Every set found under `data` through one Triton and gateway; the table printed, a JSON report in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    with served_gateway(out) as base_url:
+    with served_gateway(out, "gateway-lancedb-peer") as base_url:
         for chosen in sets_in(data, names):
             started = time.perf_counter()
             results.append(await run_lancedb(base_url, chosen, out / "lancedb" / chosen.name))

@@ -13,11 +13,12 @@ the API answered, offline, with the gateway's own `fuse`; the test judgements on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import csv
 import json
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -340,28 +341,35 @@ def sets_in(data: Path, names: Sequence[str]) -> list[RetrievalSet]:
     return found
 
 
-async def main(
-    data: Path, names: Sequence[str], out: Path, repository: Path | None = None, chunking: dict[str, int] | None = None
-) -> list[SetResult]:
-    """Triton (serving `repository`, default the checkout's) and a gateway on a fresh embedded store (the embedding
-    cache off), every set found, a JSON report."""
+@contextlib.contextmanager
+def served_gateway(out: Path, name: str, repository: Path | None = None) -> Iterator[str]:
+    """Triton (serving `repository`, default the checkout's) and a gateway on a fresh embedded store, the embedding
+    cache off; yields the gateway's URL and stops both after."""
     import tempfile
 
     from bench.processes import ServerProcess, stopped_on_exit
     from bench.stack import REPOSITORY, gateway, triton
 
-    results = []
-    out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as store, stopped_on_exit(servers := list[ServerProcess]()):
         triton_endpoint = triton(out, repository or REPOSITORY)
         servers.append(triton_endpoint.server)
         triton_endpoint.server.start(triton_endpoint.ready_url, timeout=300)
         environment = {"EMBEDDING_CACHE_MB": "0", "SEARCH_PATH": store, "TRITON_URL": triton_endpoint.grpc_target}
-        endpoint = gateway(out, environment, "gateway-retrieval")
+        endpoint = gateway(out, environment, name)
         servers.append(endpoint.server)
         endpoint.server.start(endpoint.ready_url)
+        yield endpoint.base_url
+
+
+async def main(
+    data: Path, names: Sequence[str], out: Path, repository: Path | None = None, chunking: dict[str, int] | None = None
+) -> list[SetResult]:
+    """Every set found under `data` through one Triton and gateway, a JSON report in `out`."""
+    results = []
+    out.mkdir(parents=True, exist_ok=True)
+    with served_gateway(out, "gateway-retrieval", repository) as base_url:
         for chosen in sets_in(data, names):
-            result = await evaluate(endpoint.base_url, chosen, chunking)
+            result = await evaluate(base_url, chosen, chunking)
             results.append(result)
             print(report_line(result), flush=True)
             (out / "retrieval.json").write_text(json.dumps([as_json(r) for r in results], indent=2))

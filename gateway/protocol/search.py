@@ -164,7 +164,7 @@ class FusionIn(RequestModel):
     weights: dict[str, float] | None = Field(
         None, description='By list, 0 to 100: {"dense": 1, "lexical": 1}; a list left out weighs 1.'
     )
-    candidates: StrictInt = Field(50, description="Taken from each list before fusing, 1 to 1,000 (at least top_k).")
+    candidates: StrictInt = Field(20, description="Taken from each list before fusing, 1 to 1,000 (at least top_k).")
 
 
 class RerankIn(RequestModel):

@@ -25,7 +25,7 @@ SOURCES = ("dense", "lexical")  # the lists hybrid search fuses
 RRF_K = 60  # the constant of the RRF paper (Cormack et al., 2009) and of every engine above
 MAX_RRF_K = 10_000
 MAX_WEIGHT = 100.0
-CANDIDATES = 50  # of each list, fused; docs/benchmarks.md has what more or fewer buy
+CANDIDATES = 20  # of each list, fused; docs/benchmarks.md has what more or fewer buy
 MAX_CANDIDATES = 1000
 
 

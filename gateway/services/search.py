@@ -27,7 +27,7 @@ from gateway.errors import (
     PayloadTooLargeError,
     UpstreamUnavailableError,
 )
-from gateway.search.analyzer import ANALYZER, analyze, analyze_many
+from gateway.search.analyzer import ANALYZER, analyze
 from gateway.search.documents import (
     Chunking,
     Collection,
@@ -45,6 +45,7 @@ from gateway.services.rerank import MAX_DOCUMENTS as MAX_RERANK_DOCUMENTS
 from gateway.services.rerank import RERANKER_ALIAS, RerankResult, RerankService
 from gateway.services.search_chunks import ChunkedDocuments
 from gateway.services.search_reindex import ReindexJobs
+from gateway.services.search_terms import terms_beside
 from gateway.services.texts import check_text
 from gateway.settings import LimitSettings
 from gateway.tasks.model import Task
@@ -246,10 +247,7 @@ class SearchService:
             )
             return UpsertResult([d.id for d in unique], tokens, [], model)
         texts = [d.text for d in unique]
-        # The terms on a worker thread while Triton embeds: segmenting a long batch takes milliseconds.
-        terms, result = await asyncio.gather(
-            asyncio.to_thread(analyze_many, texts), self._embeddings.embed(texts, use_cache=use_cache)
-        )
+        terms, result = await terms_beside(texts, self._embeddings.embed(texts, use_cache=use_cache))
         writes = [
             DocumentWrite(d.id, d.text, d.metadata, vector, t)
             for d, vector, t in zip(unique, result.vectors, terms, strict=True)

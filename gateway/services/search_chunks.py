@@ -15,11 +15,11 @@ from dataclasses import replace
 from typing import Protocol
 
 from gateway.search import chunks
-from gateway.search.analyzer import analyze_many
 from gateway.search.documents import Chunking, Document, Hit, Metadata
 from gateway.search.filters import All, Compare, Filter
 from gateway.search.store import DocumentWrite, VectorStore
 from gateway.services.embeddings import EmbeddingService
+from gateway.services.search_terms import terms_beside
 from gateway.upstreams.triton import ChunkerNotServedError
 
 MAX_DEPTH = 1000  # chunks a search reads at most to find top_k distinct documents
@@ -64,9 +64,7 @@ class ChunkedDocuments:
         ]
         flat = [point for points in made for point in points]
         texts = [point.text for point in flat]
-        terms, embedded = await asyncio.gather(
-            asyncio.to_thread(analyze_many, texts), self._embeddings.embed(texts, use_cache=use_cache)
-        )
+        terms, embedded = await terms_beside(texts, self._embeddings.embed(texts, use_cache=use_cache))
         before = await self._counts(name, [d.id for d in documents])
         writes = [
             DocumentWrite(p.id, p.text, p.metadata, vector, t)

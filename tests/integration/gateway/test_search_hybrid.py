@@ -164,3 +164,4 @@ def test_the_demo_walks_through_search(
     assert shown.count("search: 5 documents upserted into collection 'demo'") == 2
     assert "lexical: filter (bm25" in shown and "hybrid: login (weighted" in shown
     assert "rerank: no reranker is served" in shown  # this Triton has none: the demo says so and goes on
+    assert "'where do backups go?' -> guide, characters" in shown and "Backups." in shown
