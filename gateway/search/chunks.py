@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.search.documents import ChunkSpan, Document, Hit, Metadata
-from gateway.search.filters import RESERVED_PREFIX, Compare, Filter, Member
+from gateway.search.filters import RESERVED_PREFIX, Compare
 
 DOCUMENT = "__document"  # the document's id
 INDEX = "__chunk"  # its place, from 0
@@ -101,10 +101,6 @@ def best_per_document(hits: Iterable[Hit]) -> list[Hit]:
             span = ChunkSpan(hit.text, _int(hit.metadata, START), _int(hit.metadata, END))
             seen[document_id] = replace(hit, id=document_id, metadata=own_metadata(hit.metadata), chunk=span)
     return list(seen.values())
-
-
-def of_documents(document_ids: Sequence[str]) -> Filter:
-    return Member(DOCUMENT, "$in", tuple(document_ids))
 
 
 def chunk_ids(document_id: str, count: int) -> list[str]:

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.errors import InvalidRequestError, NotFoundError, PayloadTooLargeError
-from gateway.services.texts import check_text
+from gateway.errors import InvalidRequestError, NotFoundError
+from gateway.services.texts import check_count, check_text
 from gateway.settings import LimitSettings
 from gateway.upstreams.triton import RerankerInfo, RerankerNotServedError, TritonScores
 from gateway.usage.record import Usage
@@ -59,12 +59,7 @@ class RerankService:
         if top_n is not None and top_n < 1:
             raise InvalidRequestError(f"top_n is at least 1, got {top_n}", param="top_n")
         self._check_text(query, "query")
-        if not documents:
-            raise InvalidRequestError("documents must hold at least one document", param="documents")
-        if len(documents) > MAX_DOCUMENTS:
-            raise PayloadTooLargeError(
-                f"{len(documents)} documents in one call; the maximum is {MAX_DOCUMENTS}", param="documents"
-            )
+        check_count(len(documents), "documents", MAX_DOCUMENTS)
         for index, document in enumerate(documents):
             self._check_text(document, f"documents[{index}]")
         reranker = self._served()

@@ -46,7 +46,7 @@ from gateway.services.rerank import RERANKER_ALIAS, RerankResult, RerankService
 from gateway.services.search_chunks import ChunkedDocuments
 from gateway.services.search_reindex import ReindexJobs
 from gateway.services.search_terms import terms_beside
-from gateway.services.texts import check_text
+from gateway.services.texts import check_count, check_text
 from gateway.settings import LimitSettings
 from gateway.tasks.model import Task
 from gateway.upstreams.triton import ModelInfo, RerankerNotServedError
@@ -231,12 +231,7 @@ class SearchService:
     async def upsert(self, name: str, documents: Sequence[NewDocument], *, use_cache: bool = True) -> UpsertResult:
         store = self._store
         check_collection_name(name)
-        if not documents:
-            raise InvalidRequestError("documents must hold at least one document", param="documents")
-        if len(documents) > MAX_DOCUMENTS_PER_CALL:
-            raise PayloadTooLargeError(
-                f"{len(documents)} documents in one call; the maximum is {MAX_DOCUMENTS_PER_CALL}", param="documents"
-            )
+        check_count(len(documents), "documents", MAX_DOCUMENTS_PER_CALL)
         for index, document in enumerate(documents):
             self._check(index, document)
         unique = list({d.id: d for d in documents}.values())  # a repeated id: its last version is the one kept

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.errors import InvalidRequestError
+from gateway.errors import InvalidRequestError, PayloadTooLargeError
 from gateway.protocol.unicode import has_lone_surrogate, is_blank
 
 
@@ -15,3 +15,11 @@ def check_text(text: str, where: str, max_chars: int) -> None:
         raise InvalidRequestError(f"{where} is not valid Unicode (a lone surrogate)", param=param)
     if len(text) > max_chars:
         raise InvalidRequestError(f"{where} has {len(text)} characters; the maximum is {max_chars}", param=param)
+
+
+def check_count(count: int, param: str, maximum: int) -> None:
+    """1 to `maximum` items in one call: none is a 400, too many a 413, each naming `param`."""
+    if not count:
+        raise InvalidRequestError(f"{param} must hold at least one item", param=param)
+    if count > maximum:
+        raise PayloadTooLargeError(f"{count} {param} in one call; the maximum is {maximum}", param=param)

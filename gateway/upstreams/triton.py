@@ -295,16 +295,10 @@ class TritonClient:
         model = self._settings.reranker_model
         if time.monotonic() < self._reranker_missing_until:
             raise RerankerNotServedError(model)
-
-        async def config_or_none(client: grpcaio.InferenceServerClient, seconds: float) -> Any:
-            try:
-                return await client.get_model_config(model, client_timeout=seconds)
-            except InferenceServerException as exc:  # a model it does not have is not an outage of this Triton
-                if "unknown model" in str(exc.message() or exc):
-                    return None
-                raise
-
-        config = await self._call(config_or_none, self._settings.timeout_seconds)
+        config = await self._call(
+            none_if_unknown(lambda c, seconds: c.get_model_config(model, client_timeout=seconds)),
+            self._settings.timeout_seconds,
+        )
         if config is None:
             self._reranker_missing_until = time.monotonic() + RERANKER_RECHECK_SECONDS
             raise RerankerNotServedError(model)
@@ -355,16 +349,11 @@ class TritonClient:
             tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
             inputs.append(tensor)
 
-        async def spans(client: grpcaio.InferenceServerClient, seconds: float) -> Any:
-            try:
-                return await client.infer(model, inputs, outputs=[grpcaio.InferRequestedOutput("SPANS")],
-                                          client_timeout=seconds)  # fmt: skip
-            except InferenceServerException as exc:  # a model it does not have is not an outage of this Triton
-                if "unknown model" in str(exc.message() or exc):
-                    return None
-                raise
-
-        result = await self._call(spans, self._settings.timeout_seconds)
+        outputs = [grpcaio.InferRequestedOutput("SPANS")]
+        result = await self._call(
+            none_if_unknown(lambda c, seconds: c.infer(model, inputs, outputs=outputs, client_timeout=seconds)),
+            self._settings.timeout_seconds,
+        )
         if result is None:
             raise ChunkerNotServedError(model)
         return [(int(start), int(end)) for start, end in np.asarray(result.as_numpy("SPANS")).reshape(-1, 2)]
@@ -402,6 +391,21 @@ class TritonClient:
             raise error from exc
         self._endpoints.recovered(endpoint, outages)
         return result
+
+
+def none_if_unknown(call: TritonCall) -> TritonCall:
+    """`call`, answering None where Triton has no such model: an optional model (the reranker, the chunker of a
+    repository exported before it) that it lacks is not an outage of that Triton."""
+
+    async def called(client: grpcaio.InferenceServerClient, seconds: float) -> Any:
+        try:
+            return await call(client, seconds)
+        except InferenceServerException as exc:
+            if "unknown model" in str(exc.message() or exc):
+                return None
+            raise
+
+    return called
 
 
 def text_input(name: str, texts: list[str], shape: list[int] | None = None) -> grpcaio.InferInput:
