@@ -11,6 +11,8 @@
    (`milvus_peer`).
 5. chromadb, its embedding function running the served INT8 graph in-process, on the same documents, top-up and
    queries (`chroma`).
+6. Quality per search mode on the public sets the data folder holds (BEIR's under `beir/<set>/`, LCQMC's under
+   `zh/`), through a fresh Triton and gateway (`retrieval`).
 Every query and text is embedded by the model (the embedding cache is off and every request says no-cache).
 """
 
@@ -46,10 +48,12 @@ from bench.search.plan import (
 )
 from bench.search.quality import overlap, quality
 from bench.search.report import Measured, build_result, record_quality
+from bench.search.retrieval import evaluate, report_line, served_gateway, sets_in
 from bench.search.sweep import sweep
 from bench.stack import REPOSITORY, Endpoint, gateway, triton
 
 log = logging.getLogger("bench.search")
+RETRIEVAL_SETS = ("scifact", "nfcorpus", "lcqmc")  # measured when the data folder holds them
 
 
 async def run(
@@ -142,6 +146,13 @@ async def run(
             measured.quality[f"{stage}: exact on chromadb's vectors"] = quality(exact, corpus.answers)
         for (concurrency, filtered), stats_list in peer.points.items():
             measured.latency[(CHROMA, concurrency, filtered)] = stats_list
+    sets = sets_in(data, RETRIEVAL_SETS)
+    if sets:  # quality per mode on the public sets the data folder holds (bench/search/retrieval.py)
+        with served_gateway(log_dir, "gateway-retrieval") as base_url:
+            for labelled in sets:
+                measured.retrieval.append(await evaluate(base_url, labelled))
+                notes.append(report_line(measured.retrieval[-1]))
+                write()
     return write()
 
 

@@ -24,6 +24,7 @@ from bench.search.plan import (
     RECALL_GOAL,
 )
 from bench.search.quality import Vectors, exact_ranked, overlap, quality
+from bench.search.retrieval import SetResult
 
 Key = tuple[str, int, bool]  # system, concurrency, filtered
 
@@ -41,6 +42,7 @@ class Measured:
     latency: dict[Key, list[RunStats]] = field(default_factory=dict)
     breakdowns: dict[Key, list[Breakdown]] = field(default_factory=dict)  # the gateway's, per store
     cpu: dict[Key, list[dict[str, float]]] = field(default_factory=dict)  # CPU ms per search, per serving process
+    retrieval: list[SetResult] = field(default_factory=list)  # quality per mode on the public sets under --data
 
 
 def record_quality(
@@ -131,7 +133,39 @@ def build_result(measured: Measured, notes: Sequence[str]) -> PartResult:
                        f"{slower / costlier:.2f} x (p99 {slower:.2f} x; CPU per search {costlier:.2f} x: {cpu[0]:.1f} "
                        f"vs {cpu[1]:.1f} ms)", slower / costlier <= MILVUS_WAIT_RATIO)
             )  # fmt: skip
+    result.targets.extend(retrieval_targets(measured.retrieval))
     return result
+
+
+# Published nDCG@10 of the default model (MTEB, all-MiniLM-L6-v2) and of BM25 (the BEIR paper, Elasticsearch).
+PUBLISHED_DENSE = {"scifact": 0.645, "nfcorpus": 0.316}
+PUBLISHED_BM25 = {"scifact": 0.665, "nfcorpus": 0.325}
+HYBRID_GAIN = 0.02  # hybrid over the better of dense and lexical, on the English sets
+
+
+def retrieval_targets(results: Sequence[SetResult]) -> list[Target]:
+    """Each mode's nDCG@10 through the API against the published figures, and hybrid against the better mode."""
+    targets = []
+    for result in results:
+        ndcg = {mode: figures["ndcg@10"] for mode, figures in result.scores.items()}
+        if result.name in PUBLISHED_DENSE:
+            goal = PUBLISHED_DENSE[result.name] - 0.005
+            targets.append(Target(f"{result.name}: dense nDCG@10 vs the model's published", f">= {goal:.3f}",
+                                  f"{ndcg['dense']:.3f}", ndcg["dense"] >= goal))  # fmt: skip
+            goal = PUBLISHED_BM25[result.name] - 0.01
+            targets.append(Target(f"{result.name}: lexical nDCG@10 vs BEIR's BM25", f">= {goal:.3f}",
+                                  f"{ndcg['lexical']:.3f}", ndcg["lexical"] >= goal))  # fmt: skip
+        gain = HYBRID_GAIN if result.name in PUBLISHED_DENSE else 0.0
+        better = max(ndcg["dense"], ndcg["lexical"])
+        best_hybrid = max(ndcg["hybrid"], ndcg.get("hybrid, tuned", 0.0))
+        targets.append(Target(f"{result.name}: hybrid nDCG@10 over the better of dense and lexical",
+                              f">= +{gain:.2f}", f"{best_hybrid - better:+.3f} ({best_hybrid:.3f} vs {better:.3f})",
+                              best_hybrid - better >= gain))  # fmt: skip
+        if "dense, chunked" in ndcg:
+            targets.append(Target(f"{result.name}: chunked vs truncated dense nDCG@10", "chunked above",
+                                  f"{ndcg['dense, chunked']:.3f} vs {ndcg['dense']:.3f}",
+                                  ndcg["dense, chunked"] > ndcg["dense"]))  # fmt: skip
+    return targets
 
 
 def cpu_per_search(runs: Sequence[Mapping[str, float]]) -> float:
