@@ -13,7 +13,7 @@ from typing import Protocol
 from gateway.errors import InvalidRequestError, NotFoundError
 from gateway.services.texts import check_count, check_text
 from gateway.settings import LimitSettings
-from gateway.upstreams.triton import RerankerInfo, RerankerNotServedError, TritonScores
+from gateway.upstreams.triton_reranker import RerankerInfo, RerankerNotServedError, TritonScores
 from gateway.usage.record import Usage
 
 MAX_DOCUMENTS = 1000

@@ -49,7 +49,8 @@ from gateway.services.search_terms import terms_beside
 from gateway.services.texts import check_count, check_text
 from gateway.settings import LimitSettings
 from gateway.tasks.model import Task
-from gateway.upstreams.triton import ModelInfo, RerankerNotServedError
+from gateway.upstreams.triton import ModelInfo
+from gateway.upstreams.triton_reranker import RerankerNotServedError
 from gateway.usage.record import Usage
 
 # Collection, Document and Task are what the transports are handed: they import them from here, not from the stores.

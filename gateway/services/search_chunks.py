@@ -20,7 +20,7 @@ from gateway.search.filters import All, Compare, Filter
 from gateway.search.store import DocumentWrite, VectorStore
 from gateway.services.embeddings import EmbeddingService
 from gateway.services.search_terms import terms_beside
-from gateway.upstreams.triton import ChunkerNotServedError
+from gateway.upstreams.triton_chunker import ChunkerNotServedError
 
 MAX_DEPTH = 1000  # chunks a search reads at most to find top_k distinct documents
 WIDEN = 4  # each try reads this many times more chunks than the one before

@@ -1,5 +1,5 @@
-"""Triton's `bge` ensemble (and, where one is exported, the `reranker` ensemble) over gRPC, on every Triton
-`TRITON_URL` names (`triton_endpoints`).
+"""Triton's `bge` ensemble over gRPC, on every Triton `TRITON_URL` names (`triton_endpoints`); the optional
+models (`triton_reranker`, `triton_chunker`) make their calls through the same client.
 
 `InferenceServerException` never leaves this module: it becomes one of the `Triton*Error` classes below. Clients
 are told `triton unavailable`, never Triton's address: the address goes to the log, once when an outage of that
@@ -53,7 +53,6 @@ INFO_RETRY_SECONDS = 1.0  # while Triton is unreachable, how often a request re-
 UNAVAILABLE_MESSAGES = ("unknown model", "not ready", "stopped accepting", "no available versions", "shutting down")
 
 TritonCall = Callable[[grpcaio.InferenceServerClient, float], Awaitable[Any]]  # (client, timeout seconds)
-RERANKER_RECHECK_SECONDS = 5.0  # how long "no reranker is served" is answered before Triton is asked again
 
 
 class TritonUpstreamError(UpstreamError):
@@ -109,59 +108,6 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
-class RerankerInfo:
-    """What the reranker ensemble's config says (`python -m export.reranker` writes these parameters)."""
-
-    name: str
-    revision: str
-    max_batch_size: int
-    max_sequence_length: int  # tokens of a query and document together; longer pairs are cut (documents first)
-
-
-@dataclass(frozen=True)
-class TritonScores:
-    """One rerank call's outputs, rows in input order."""
-
-    scores: npt.NDArray[np.float32]  # [documents]: the cross-encoder's logit
-    token_counts: npt.NDArray[np.int32]  # [documents]: tokens of the query and the document together
-    truncated: npt.NDArray[np.bool_]  # [documents]
-
-
-class RerankerNotServedError(UpstreamUnavailableError):
-    """A rerank (`POST /v1/rerank`, gRPC `Rerank.Rerank`, or a search with `rerank`) on a gateway whose Triton serves
-    no reranker model.
-
-    Do: operator: export one (`make export-reranker`, e.g. BAAI/bge-reranker-v2-m3) into the model repository and
-    restart Triton; `TRITON_RERANKER_MODEL` names the ensemble.
-    """
-
-    code = "reranker_not_served"
-
-    def __init__(self, model: str) -> None:
-        super().__init__(
-            f"no reranker is served: Triton has no model {model!r} (export one with `make export-reranker`)",
-            param="model",
-        )
-
-
-class ChunkerNotServedError(UpstreamUnavailableError):
-    """An upsert into a chunked collection on a gateway whose Triton serves no chunker (a model repository exported
-    before chunking).
-
-    Do: operator: export the model again (`make export`: it installs `bge_chunker` beside the model) and restart
-    Triton; `TRITON_CHUNKER_MODEL` names it.
-    """
-
-    code = "chunker_not_served"
-
-    def __init__(self, model: str) -> None:
-        super().__init__(
-            f"no chunker is served: Triton has no model {model!r} (export the model again with `make export`)",
-            param="chunking",
-        )
-
-
-@dataclass(frozen=True)
 class TritonEmbeddings:
     """One call's outputs, rows in input order."""
 
@@ -193,8 +139,6 @@ class TritonClient:
         self._info_stale = False  # a Triton was unreachable since it was read: the model may be another revision
         self._info_retry_at = 0.0
         self._info_lock = asyncio.Lock()
-        self._reranker: RerankerInfo | None = None
-        self._reranker_missing_until = 0.0
         metrics.TRITON_UP.set(1)
 
     async def __aenter__(self) -> TritonClient:
@@ -225,7 +169,7 @@ class TritonClient:
                 settings = self._settings
                 timeout = settings.timeout_seconds if self._info is None else settings.ready_timeout_seconds
                 try:
-                    config = await self._call(
+                    config = await self.call(
                         lambda c, seconds: c.get_model_config(settings.model, client_timeout=seconds), timeout
                     )
                 except (TritonUnavailableError, TritonTimeoutError):
@@ -245,7 +189,6 @@ class TritonClient:
         answer); refreshes the model info so a redeployed model's revision is seen."""
         endpoints = await self._endpoints.current()
         answers = await asyncio.gather(*(self._endpoints.probe(e) for e in endpoints))
-        self._reranker = None  # read again by the next rerank: a redeployed reranker may be another revision
         if not any(answers):
             return False
         try:
@@ -275,7 +218,7 @@ class TritonClient:
             headers: dict[str, str] = {}
             propagate.inject(headers)  # trace context travels to Triton as gRPC metadata
             started = time.perf_counter()
-            result = await self._call(
+            result = await self.call(
                 lambda c, seconds: c.infer(
                     self._settings.model, [text], outputs=outputs, headers=headers, client_timeout=seconds
                 ),
@@ -288,77 +231,7 @@ class TritonClient:
             truncated=np.asarray(result.as_numpy("TRUNCATED"), dtype=np.bool_).reshape(-1),
         )
 
-    async def reranker_info(self) -> RerankerInfo:
-        """The reranker ensemble's name, revision and limits; `RerankerNotServedError` where Triton has none."""
-        if self._reranker is not None:
-            return self._reranker
-        model = self._settings.reranker_model
-        if time.monotonic() < self._reranker_missing_until:
-            raise RerankerNotServedError(model)
-        config = await self._call(
-            none_if_unknown(lambda c, seconds: c.get_model_config(model, client_timeout=seconds)),
-            self._settings.timeout_seconds,
-        )
-        if config is None:
-            self._reranker_missing_until = time.monotonic() + RERANKER_RECHECK_SECONDS
-            raise RerankerNotServedError(model)
-        self._reranker = parse_reranker_info(config)
-        return self._reranker
-
-    async def rerank(self, query: str, documents: list[str]) -> TritonScores:
-        """Score each (query, document) pair, in chunks of the model's max batch size sent concurrently."""
-        size = (await self.reranker_info()).max_batch_size
-        if len(documents) <= size:
-            return await self._rerank_chunk(query, documents)
-        chunks = await asyncio.gather(
-            *(self._rerank_chunk(query, documents[i : i + size]) for i in range(0, len(documents), size))
-        )
-        return TritonScores(
-            scores=np.concatenate([c.scores for c in chunks]),
-            token_counts=np.concatenate([c.token_counts for c in chunks]),
-            truncated=np.concatenate([c.truncated for c in chunks]),
-        )
-
-    async def _rerank_chunk(self, query: str, documents: list[str]) -> TritonScores:
-        inputs = [
-            text_input("QUERY", [query] * len(documents)),
-            text_input("DOCUMENT", documents),
-        ]
-        outputs = [grpcaio.InferRequestedOutput(name) for name in ("SCORE", "TOKEN_COUNT", "TRUNCATED")]
-        model = self._settings.reranker_model
-        with tracer.start_as_current_span("triton.infer", attributes={"triton.model": model}):
-            headers: dict[str, str] = {}
-            propagate.inject(headers)
-            result = await self._call(
-                lambda c, seconds: c.infer(model, inputs, outputs=outputs, headers=headers, client_timeout=seconds),
-                self._settings.timeout_seconds,
-            )
-        return TritonScores(
-            scores=np.asarray(result.as_numpy("SCORE"), dtype=np.float32).reshape(-1),
-            token_counts=np.asarray(result.as_numpy("TOKEN_COUNT"), dtype=np.int32).reshape(-1),
-            truncated=np.asarray(result.as_numpy("TRUNCATED"), dtype=np.bool_).reshape(-1),
-        )
-
-    async def chunk(self, text: str, max_tokens: int, overlap: int) -> list[tuple[int, int]]:
-        """The spans ([start, end) in code points) of `text`'s chunks of at most `max_tokens` of the served model's
-        tokens (its special tokens included), each overlapping the one before by `overlap` tokens."""
-        model = self._settings.chunker_model
-        inputs = [text_input("TEXT", [text], shape=[1])]
-        for name, value in (("MAX_TOKENS", max_tokens), ("OVERLAP", overlap)):
-            tensor = grpcaio.InferInput(name, [1], "INT32")
-            tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
-            inputs.append(tensor)
-
-        outputs = [grpcaio.InferRequestedOutput("SPANS")]
-        result = await self._call(
-            none_if_unknown(lambda c, seconds: c.infer(model, inputs, outputs=outputs, client_timeout=seconds)),
-            self._settings.timeout_seconds,
-        )
-        if result is None:
-            raise ChunkerNotServedError(model)
-        return [(int(start), int(end)) for start, end in np.asarray(result.as_numpy("SPANS")).reshape(-1, 2)]
-
-    async def _call(self, call: TritonCall, timeout: float) -> Any:
+    async def call(self, call: TritonCall, timeout: float) -> Any:
         """`call` (idempotent: every call this client makes is) on the next Triton in rotation; where that one is
         unavailable (stopping, gone, unreachable), once more on another within what is left of `timeout`."""
         deadline = time.monotonic() + timeout
@@ -416,17 +289,6 @@ def text_input(name: str, texts: list[str], shape: list[int] | None = None) -> g
     tensor = grpcaio.InferInput(name, list(raw.shape), "BYTES")
     tensor.set_data_from_numpy(raw)
     return tensor
-
-
-def parse_reranker_info(response: Any) -> RerankerInfo:
-    config = response.config
-    params = {key: value.string_value for key, value in config.parameters.items()}
-    return RerankerInfo(
-        name=params.get("model_name", config.name),
-        revision=params.get("model_revision", "unknown"),
-        max_batch_size=int(config.max_batch_size) or 1,
-        max_sequence_length=int(params.get("max_sequence_length", "512")),
-    )
 
 
 def parse_model_info(response: Any) -> ModelInfo:

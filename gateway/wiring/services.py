@@ -15,6 +15,8 @@ from gateway.services.embeddings import Embedder
 from gateway.services.models import ModelsService
 from gateway.services.rerank import RerankService
 from gateway.settings import Settings
+from gateway.upstreams.triton_chunker import TritonChunker
+from gateway.upstreams.triton_reranker import TritonReranker
 from gateway.wiring.chat import chat_service
 from gateway.wiring.embeddings import embedding_service
 from gateway.wiring.keys import KeyServices
@@ -43,7 +45,9 @@ async def open_services(
         embeddings, triton, client = await stack.enter_async_context(
             embedding_service(settings.triton, settings.cache, settings.limits, redis, embedder)
         )
-        rerank = RerankService(client, settings.limits, settings.triton.reranker_model)
+        reranker = None if client is None else TritonReranker(client, settings.triton)
+        chunker = None if client is None else TritonChunker(client, settings.triton)
+        rerank = RerankService(reranker, settings.limits, settings.triton.reranker_model)
         chat = await stack.enter_async_context(
             chat_service(settings.chat, settings.cache, settings.semantic, settings.limits, embeddings, redis)
         )
@@ -51,7 +55,7 @@ async def open_services(
             video_service(settings.video, settings.tasks, settings.server.public_url, redis)
         )
         store, jobs, chunks = await stack.enter_async_context(
-            search_parts(settings.search, settings.tasks, embeddings, redis, client, settings.triton.chunker_model)
+            search_parts(settings.search, settings.tasks, embeddings, redis, chunker, settings.triton.chunker_model)
         )
         yield Services(
             embeddings=BilledEmbeddings(embeddings, keys.usage),
