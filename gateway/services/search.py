@@ -1,33 +1,31 @@
 """Semantic search, framework-free: collections, document upserts embedded through the embeddings service and
-analyzed into terms, and searches by meaning (dense), by words (lexical: BM25) or both fused (hybrid), with
-metadata filters, over one `VectorStore`.
+analyzed into terms, and searches checked here and answered by `search_query.py` (by meaning, by words or both),
+with metadata filters, over one `VectorStore`; a chunked collection's documents by `search_chunks.py`.
 
 A collection remembers the model and revision its vectors came from; while another revision is served, its
 upserts and searches answer 409 (vectors of two revisions are never compared or mixed) until a re-index job
-(`search_reindex.py`) has re-embedded it; during the job its searches and writes answer 409 too. With search turned off
+(`search_reindex.py`, which has these rules) has re-embedded it; during the job its searches and writes answer 409
+too. With search turned off
 (SEARCH_ENABLED=false) there is no store and every call answers 503 `search_disabled` before any other work.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Literal
 
 import orjson
 
 from gateway.errors import (
-    ConflictError,
     InvalidRequestError,
     NotFoundError,
     PayloadTooLargeError,
     UpstreamUnavailableError,
 )
-from gateway.search.analyzer import ANALYZER, analyze
+from gateway.search.analyzer import ANALYZER
 from gateway.search.documents import (
     Chunking,
     Collection,
@@ -37,20 +35,25 @@ from gateway.search.documents import (
     check_document_id,
     check_metadata,
 )
-from gateway.search.filters import Filter, parse_filter
-from gateway.search.fusion import Fusion, fuse
-from gateway.search.store import DocumentWrite, LexicalSearchUnavailableError, VectorStore
-from gateway.services.embeddings import EmbeddingResult, EmbeddingService
-from gateway.services.rerank import MAX_DOCUMENTS as MAX_RERANK_DOCUMENTS
-from gateway.services.rerank import RERANKER_ALIAS, RerankResult, RerankService
-from gateway.services.search_chunks import ChunkedDocuments
-from gateway.services.search_reindex import ReindexJobs
+from gateway.search.filters import parse_filter
+from gateway.search.fusion import Fusion
+from gateway.search.store import DocumentWrite, VectorStore
+from gateway.services.embeddings import EmbeddingService
+from gateway.services.rerank import RerankService
+from gateway.services.search_chunks import ChunkedDocuments, check_chunking
+from gateway.services.search_query import (
+    RERANK_CANDIDATES,
+    SEARCH_MODES,
+    SearchQueries,
+    SearchResult,
+    check_mode,
+    check_rerank,
+)
+from gateway.services.search_reindex import ReindexJobs, check_revision, check_writable
 from gateway.services.search_terms import terms_beside
 from gateway.services.texts import check_count, check_text
 from gateway.settings import LimitSettings
 from gateway.tasks.model import Task
-from gateway.upstreams.triton import ModelInfo
-from gateway.upstreams.triton_reranker import RerankerNotServedError
 from gateway.usage.record import Usage
 
 # Collection, Document and Task are what the transports are handed: they import them from here, not from the stores.
@@ -78,12 +81,6 @@ __all__ = [
     "check_writable",
 ]  # fmt: skip
 
-SEARCH_MODES = ("dense", "lexical", "hybrid")
-# A search that answers `depth` points, and what makes `top_k` documents of it.
-PointSearch = Callable[[int], Awaitable[list[Hit]]]
-Finder = Callable[[PointSearch, int], Awaitable[list[Hit]]]
-ScoreType = Literal["cosine", "bm25", "rrf", "weighted", "relevance"]
-RERANK_CANDIDATES = 50  # hits of the search's mode the reranker scores when a search asks for a rerank
 MAX_DOCUMENTS_PER_CALL = 1000
 MAX_TOP_K = 100
 MAX_COLLECTION_METADATA_BYTES = 16 * 1024
@@ -108,21 +105,6 @@ class UpsertResult:
     @property
     def usage(self) -> Usage:
         return Usage(search_documents=len(self.ids), embedding_texts=len(self.ids), embedding_tokens=self.prompt_tokens)
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    hits: list[Hit]
-    prompt_tokens: int
-    cached: bool  # the query's embedding came from the cache
-    model: str
-    score_type: ScoreType  # what each hit's `score` is
-    embedded: bool = True  # the query was embedded (every mode but lexical)
-    reranked: RerankResult | None = None  # the reranker's call, where the search asked for one
-
-    @property
-    def usage(self) -> Usage:
-        return Usage(search_queries=1, embedding_texts=int(self.embedded), embedding_tokens=self.prompt_tokens)
 
 
 class SearchDisabledError(UpstreamUnavailableError):
@@ -160,6 +142,7 @@ class SearchService:
         self._jobs = jobs
         self._reranker = reranker
         self._chunked = chunks
+        self._queries = None if store is None else SearchQueries(store, embeddings, reranker, chunks)
 
     def check_enabled(self) -> None:
         """Raise `SearchDisabledError` when search is disabled (the REST routes call it before reading a body)."""
@@ -318,6 +301,12 @@ class SearchService:
         return await (self._chunks.delete_matching(name, parsed) if chunked else store.delete_matching(name, parsed))
 
     @property
+    def _searching(self) -> SearchQueries:
+        if self._queries is None:
+            raise SearchDisabledError()
+        return self._queries
+
+    @property
     def _chunks(self) -> ChunkedDocuments:
         if self._chunked is None:  # search disabled, or a service built without chunking (tests)
             raise SearchDisabledError()
@@ -339,7 +328,7 @@ class SearchService:
         """`mode`: dense (by meaning: the query's vector), lexical (BM25 over the analyzer's terms) or hybrid
         (both, fused by `fusion`). `rerank_candidates`: the reranker scores that many of the mode's best hits and
         the best `top_k` of them come back by its relevance. `min_score` applies to the score answered."""
-        store = self._store
+        queries = self._searching
         check_collection_name(name)
         if not 1 <= top_k <= MAX_TOP_K:
             raise InvalidRequestError(f"top_k is 1 to {MAX_TOP_K}, got {top_k}", param="top_k")
@@ -349,92 +338,17 @@ class SearchService:
             check_rerank(rerank_candidates, top_k)
         parsed = parse_filter(where) if where else None  # {} filters nothing out
         collection = await self._current(name)
-        if mode != "dense":
-            check_lexical(collection, store)
-        depth, kept = (top_k, min_score) if rerank_candidates is None else (rerank_candidates, None)
-        result = await self._retrieve(collection, query, mode, fusion, depth, parsed, kept, use_cache)
-        if rerank_candidates is None:
-            return result
-        reranked = await self._rerank(query, result.hits, top_k, min_score)
-        return dataclasses.replace(result, hits=reranked[0], score_type="relevance", reranked=reranked[1])
-
-    async def _retrieve(
-        self,
-        collection: Collection,
-        query: str,
-        mode: str,
-        fusion: Fusion | None,
-        top_k: int,
-        where: Filter | None,
-        min_score: float | None,
-        use_cache: bool,
-    ) -> SearchResult:
-        """The mode's best `top_k` documents (a chunked collection's: each once, by its best chunk, with its whole
-        text)."""
-        name, found = collection.name, self._finder(collection)
-
-        def lexical(floor: float | None) -> Callable[[int], Awaitable[list[Hit]]]:
-            return partial(self._lexical, name, query, where=where, min_score=floor)
-
-        async def dense(depth: int, floor: float | None) -> tuple[EmbeddingResult, list[Hit]]:
-            result = await self._embeddings.embed(
-                [query], use_cache=use_cache, input_type="query", instruction=collection.query_instruction
-            )
-            vector = result.vectors[0]
-            return result, await found(partial(self._store.search, name, vector, where=where, min_score=floor), depth)
-
-        if mode == "lexical":
-            hits = await self._texts(collection, await found(lexical(min_score), top_k))
-            return SearchResult(hits, 0, False, collection.model, "bm25", embedded=False)
-        if mode == "dense":
-            result, hits = await dense(top_k, min_score)
-            score_type: ScoreType = "cosine"
-        else:
-            fusion = fusion or Fusion()
-            depth = max(top_k, fusion.candidates)
-            # the words' search runs while Triton embeds the query
-            words, (result, meaning) = await asyncio.gather(found(lexical(None), depth), dense(depth, None))
-            hits = fuse({"dense": meaning, "lexical": words}, fusion, top_k)
-            hits = [h for h in hits if min_score is None or h.score >= min_score]
-            score_type = fusion.method
-        hits = await self._texts(collection, hits)
-        return SearchResult(hits, result.prompt_tokens, result.cache == "hit", result.model, score_type)
-
-    def _finder(self, collection: Collection) -> Finder:
-        """How `top_k` documents are read from a search that answers `depth` points."""
-        if collection.chunking is not None:
-            return self._chunks.found
-
-        async def points(search: PointSearch, top_k: int) -> list[Hit]:
-            return await search(top_k)
-
-        return points
-
-    async def _texts(self, collection: Collection, hits: list[Hit]) -> list[Hit]:
-        return hits if collection.chunking is None else await self._chunks.with_texts(collection.name, hits)
-
-    async def _rerank(
-        self, query: str, hits: list[Hit], top_k: int, min_score: float | None
-    ) -> tuple[list[Hit], RerankResult | None]:
-        """The hits by the reranker's relevance, best `top_k`; each keeps its retrieval scores in `scores`."""
-        if self._reranker is None:
-            raise RerankerNotServedError(RERANKER_ALIAS)
-        if not hits:
-            return [], None
-        # a chunked collection's document is judged by the chunk that found it: what fits the reranker's length
-        texts = [h.text if h.chunk is None else h.chunk.text for h in hits]
-        ranked = await self._reranker.rerank(query, texts, top_n=top_k)
-        reranked = [
-            dataclasses.replace(hits[r.index], score=r.relevance_score, scores=retrieval_scores(hits[r.index]))
-            for r in ranked.results
-        ]
-        return [h for h in reranked if min_score is None or h.score >= min_score], ranked
-
-    async def _lexical(
-        self, name: str, query: str, top_k: int, where: Filter | None, min_score: float | None
-    ) -> list[Hit]:
-        terms = analyze(query)
-        return await self._store.lexical_search(name, terms, top_k, where, min_score) if terms else []
+        return await queries.answer(
+            collection,
+            query,
+            top_k=top_k,
+            where=parsed,
+            min_score=min_score,
+            mode=mode,
+            fusion=fusion,
+            rerank_candidates=rerank_candidates,
+            use_cache=use_cache,
+        )
 
     async def _current(self, name: str) -> Collection:
         """The collection, if its vectors come from the model served now (else 409: re-index)."""
@@ -461,83 +375,3 @@ class DocumentNotFoundError(NotFoundError):
 
     def __init__(self, collection: str, document_id: str) -> None:
         super().__init__(f"collection {collection!r} has no document {document_id!r}", param="id")
-
-
-def check_mode(mode: str, fusion: Fusion | None) -> None:
-    if mode not in SEARCH_MODES:
-        raise InvalidRequestError(f"mode is one of {', '.join(SEARCH_MODES)}; got {mode!r}", param="mode")
-    if fusion is not None and mode != "hybrid":
-        raise InvalidRequestError(f"fusion applies to mode hybrid, not {mode}", param="fusion")
-
-
-MIN_CHUNK_TOKENS = 16
-
-
-def check_chunking(chunking: Chunking, max_sequence_length: int) -> None:
-    """Chunks that fit the served model, each sharing at most half of itself with the one before."""
-    if not MIN_CHUNK_TOKENS <= chunking.max_tokens <= max_sequence_length:
-        raise InvalidRequestError(
-            f"chunking.max_tokens is {MIN_CHUNK_TOKENS} to the served model's maximum of {max_sequence_length} tokens, "
-            f"got {chunking.max_tokens}",
-            param="chunking.max_tokens",
-        )
-    if not 0 <= chunking.overlap <= chunking.max_tokens // 2:
-        raise InvalidRequestError(
-            f"chunking.overlap is 0 to half of max_tokens ({chunking.max_tokens // 2}), got {chunking.overlap}",
-            param="chunking.overlap",
-        )
-
-
-def check_rerank(candidates: int, top_k: int) -> None:
-    if not 1 <= candidates <= MAX_RERANK_DOCUMENTS:
-        raise InvalidRequestError(
-            f"rerank.candidates is 1 to {MAX_RERANK_DOCUMENTS:,}, got {candidates}", param="rerank.candidates"
-        )
-    if top_k > candidates:
-        raise InvalidRequestError(
-            f"top_k ({top_k}) is above rerank.candidates ({candidates}): the reranker orders only the candidates",
-            param="top_k",
-        )
-
-
-def retrieval_scores(hit: Hit) -> dict[str, float]:
-    """A reranked hit's scores before the rerank: each list's (hybrid) or the mode's own, as `retrieval`."""
-    return hit.scores if hit.scores is not None else {"retrieval": hit.score}
-
-
-def check_lexical(collection: Collection, store: VectorStore) -> None:
-    """A lexical or hybrid search needs the collection's terms indexed by this gateway's analyzer."""
-    if not store.lexical:
-        raise LexicalSearchUnavailableError(store.name)
-    if collection.lexical != ANALYZER:
-        raise ConflictError(
-            f"collection {collection.name!r} has no lexical index of this gateway's analyzer ({ANALYZER}); "
-            f"it was written before lexical search or by another version. POST "
-            f"/v1/collections/{collection.name}/reindex builds it (dense search works meanwhile)",
-            code="lexical_index_missing",
-            param="mode",
-        )
-
-
-def check_writable(collection: Collection) -> None:
-    """409 while a re-index job holds the collection (its vectors are of two revisions until it ends)."""
-    if collection.reindex_task is not None:
-        raise ConflictError(
-            f"collection {collection.name!r} is being re-indexed by task {collection.reindex_task}; it answers "
-            f"again when the task completes (GET /v1/collections/{collection.name}/reindex/"
-            f"{collection.reindex_task}; if it failed, POST /v1/collections/{collection.name}/reindex again)",
-            code="collection_reindexing",
-            param="name",
-        )
-
-
-def check_revision(collection: Collection, served: ModelInfo) -> None:
-    check_writable(collection)
-    if (collection.model, collection.model_revision) != (served.name, served.revision):
-        raise ConflictError(
-            f"collection {collection.name!r} holds vectors of {collection.model} revision "
-            f"{collection.model_revision}, but {served.name} revision {served.revision} is served: re-index the "
-            f"collection with POST /v1/collections/{collection.name}/reindex before using it",
-            code="collection_needs_reindex",
-            param="name",
-        )

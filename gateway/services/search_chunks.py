@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from gateway.errors import InvalidRequestError
 from gateway.search import chunks
 from gateway.search.documents import Chunking, Document, Hit, Metadata
 from gateway.search.filters import All, Compare, Filter
@@ -121,3 +122,21 @@ class ChunkedDocuments:
         """How many chunks each stored document among `ids` has (read off its first chunk)."""
         firsts = await self._store.get_documents(name, [chunks.point_id(i, 0) for i in ids])
         return {str(f.metadata[chunks.DOCUMENT]): int(str(f.metadata[chunks.COUNT])) for f in firsts}
+
+
+MIN_CHUNK_TOKENS = 16
+
+
+def check_chunking(chunking: Chunking, max_sequence_length: int) -> None:
+    """Chunks that fit the served model, each sharing at most half of itself with the one before."""
+    if not MIN_CHUNK_TOKENS <= chunking.max_tokens <= max_sequence_length:
+        raise InvalidRequestError(
+            f"chunking.max_tokens is {MIN_CHUNK_TOKENS} to the served model's maximum of {max_sequence_length} tokens, "
+            f"got {chunking.max_tokens}",
+            param="chunking.max_tokens",
+        )
+    if not 0 <= chunking.overlap <= chunking.max_tokens // 2:
+        raise InvalidRequestError(
+            f"chunking.overlap is 0 to half of max_tokens ({chunking.max_tokens // 2}), got {chunking.overlap}",
+            param="chunking.overlap",
+        )

@@ -302,3 +302,27 @@ def visible(task: Task) -> tuple[object, ...]:
 def public_progress(task: Task) -> dict[str, int]:
     result = task.result or {}
     return {"documents": int(result.get("documents", 0)), "total": int(result.get("total", 0))}
+
+
+def check_writable(collection: Collection) -> None:
+    """409 while a re-index job holds the collection (its vectors are of two revisions until it ends)."""
+    if collection.reindex_task is not None:
+        raise ConflictError(
+            f"collection {collection.name!r} is being re-indexed by task {collection.reindex_task}; it answers "
+            f"again when the task completes (GET /v1/collections/{collection.name}/reindex/"
+            f"{collection.reindex_task}; if it failed, POST /v1/collections/{collection.name}/reindex again)",
+            code="collection_reindexing",
+            param="name",
+        )
+
+
+def check_revision(collection: Collection, served: ModelInfo) -> None:
+    check_writable(collection)
+    if (collection.model, collection.model_revision) != (served.name, served.revision):
+        raise ConflictError(
+            f"collection {collection.name!r} holds vectors of {collection.model} revision "
+            f"{collection.model_revision}, but {served.name} revision {served.revision} is served: re-index the "
+            f"collection with POST /v1/collections/{collection.name}/reindex before using it",
+            code="collection_needs_reindex",
+            param="name",
+        )
