@@ -31,7 +31,8 @@ from bench.search.quality import Vectors, unit
 from bench.search.report import Measured, record_quality
 from bench.search.sweep import sweep
 from bench.stack import gateway
-from gateway.search.milvus import ids_expression, milvus_name
+from gateway.search.milvus import milvus_name
+from gateway.search.milvus_rows import ids_expression
 
 log = logging.getLogger("bench.search")
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from pydantic import SecretStr
-from pymilvus import DataType, MilvusClient
+from pymilvus import MilvusClient
 
 from gateway.errors import InvalidRequestError
 from gateway.observability import quiet_pymilvus
@@ -32,6 +32,16 @@ from gateway.search.filters import Filter
 from gateway.search.milvus_clock import STRONG, ReadLevel, WriteClock
 from gateway.search.milvus_filter import literal, to_milvus
 from gateway.search.milvus_flush import QuietFlush
+from gateway.search.milvus_rows import (
+    FIELDS,
+    MAX_TEXT_BYTES,
+    catalog_schema,
+    document,
+    documents_schema,
+    hit,
+    hnsw_index,
+    ids_expression,
+)
 from gateway.search.store import (
     CollectionExistsError,
     CollectionNotFoundError,
@@ -46,8 +56,6 @@ quiet_pymilvus()
 
 T = TypeVar("T")
 CATALOG = "gateway_collections"
-MAX_TEXT_BYTES = 65_535  # Milvus's longest VARCHAR
-FIELDS = ["id", "text", "metadata", "created_at", "updated_at"]
 HNSW_EF = 128
 CATALOG_TTL_SECONDS = 5.0  # how long this replica trusts its copy of a collection's record
 
@@ -111,8 +119,8 @@ class MilvusStore:
         await self._clock.wrote(CATALOG, await self._run(self._drop, name))
 
     async def upsert(self, name: str, documents: Sequence[DocumentWrite], now: int) -> None:
-        for index, document in enumerate(documents):
-            if len(document.text.encode()) > MAX_TEXT_BYTES:
+        for index, written in enumerate(documents):
+            if len(written.text.encode()) > MAX_TEXT_BYTES:
                 raise InvalidRequestError(
                     f"documents[{index}].text: the Milvus store holds texts of at most {MAX_TEXT_BYTES} bytes (UTF-8)",
                     param="documents",
@@ -227,8 +235,8 @@ class MilvusStore:
             if not client.has_collection(CATALOG, timeout=self._timeout):
                 client.create_collection(
                     CATALOG,
-                    schema=_catalog_schema(),
-                    index_params=_index(client, "vector"),
+                    schema=catalog_schema(),
+                    index_params=hnsw_index(client, "vector"),
                     consistency_level="Strong",
                     timeout=self._timeout,
                 )
@@ -262,8 +270,8 @@ class MilvusStore:
             client.drop_collection(target, timeout=self._timeout)
         client.create_collection(
             target,
-            schema=_documents_schema(collection.dimensions),
-            index_params=_index(client, "vector"),
+            schema=documents_schema(collection.dimensions),
+            index_params=hnsw_index(client, "vector"),
             consistency_level="Strong",  # for other clients: every read of this store states its own
             timeout=self._timeout,
         )
@@ -363,43 +371,3 @@ class MilvusStore:
             **level.options(),
         )
         return list(results[0]) if results else []
-
-
-def ids_expression(ids: list[str]) -> str:
-    """`id in [...]` with each id an escaped literal: pymilvus' own `get(ids=...)` and `delete(ids=...)` put the
-    ids between single quotes unescaped, so an id holding a quote would break out of its string."""
-    return "id in [" + ", ".join(literal(i) for i in ids) + "]"
-
-
-def _documents_schema(dimensions: int) -> Any:
-    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=256)
-    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dimensions)
-    schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
-    schema.add_field("metadata", DataType.JSON)
-    schema.add_field("created_at", DataType.INT64)
-    schema.add_field("updated_at", DataType.INT64)
-    return schema
-
-
-def _catalog_schema() -> Any:
-    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("name", DataType.VARCHAR, is_primary=True, max_length=64)
-    schema.add_field("record", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
-    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=2)  # Milvus wants a vector in every collection
-    return schema
-
-
-def _index(client: MilvusClient, field: str) -> Any:
-    index = client.prepare_index_params()
-    index.add_index(field_name=field, index_type="HNSW", metric_type="COSINE", params={"M": 16, "efConstruction": 100})
-    return index
-
-
-def hit(row: dict[str, Any]) -> Hit:
-    entity = row["entity"]
-    return Hit(entity["id"], float(row["distance"]), entity["text"], entity["metadata"])
-
-
-def document(row: dict[str, Any]) -> Document:
-    return Document(row["id"], row["text"], row["metadata"], int(row["created_at"]), int(row["updated_at"]))
