@@ -41,14 +41,12 @@ from bench.search.quality import Vectors
 from bench.search.retrieval import (
     DEPTH,
     MODES,
-    RetrievalSet,
-    Split,
     as_run,
     ndcg_at,
     recall_at,
     served_gateway,
-    sets_in,
 )
+from bench.search.retrieval_sets import RetrievalSet, Split, sets_in
 from gateway.search.documents import Hit
 
 TOP_KS = (10, DEPTH)  # nDCG@10 of the searches for 10, Recall@100 of those for 100

@@ -48,7 +48,8 @@ from bench.search.plan import (
 )
 from bench.search.quality import overlap, quality
 from bench.search.report import Measured, build_result, record_quality
-from bench.search.retrieval import evaluate, report_line, served_gateway, sets_in
+from bench.search.retrieval import evaluate, report_line, served_gateway
+from bench.search.retrieval_sets import sets_in
 from bench.search.sweep import sweep
 from bench.stack import REPOSITORY, Endpoint, gateway, triton
 

@@ -8,7 +8,8 @@ import random
 import pytest
 import pytrec_eval
 
-from bench.search.retrieval import Qrels, Run, ndcg_at, recall_at
+from bench.search.retrieval import Run, ndcg_at, recall_at
+from bench.search.retrieval_sets import Qrels
 
 
 def random_case(seed: int) -> tuple[Run, Qrels]:
