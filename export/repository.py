@@ -39,6 +39,15 @@ MAX_BATCH_SIZE = 256
 # The native GPU config waits up to 2 ms to gather a preferred batch: a GPU run of 8 costs about what a run of 1 does.
 PREFERRED_BATCH_SIZES = (8, 16, 32, 64)
 MAX_QUEUE_DELAY_US = 2000
+# Triton's queue in front of each batching model is bounded, so that an overloaded Triton refuses at once (the
+# gateway answers 429 `overloaded` with Retry-After) instead of holding calls until their deadline. The gateway
+# bounds its own queue by time (TRITON_MAX_QUEUE_SECONDS, 2 s by default), so these bounds catch what it cannot
+# see: many gateway replicas or other clients on one Triton. A request is rejected when MAX_QUEUE_SIZE requests wait
+# already, or when it has waited QUEUE_TIMEOUT_US: far above the gateway's bound plus one full batch's encoding
+# (256 texts: 0.43 s on 2 CPU cores, docs/benchmarks.md), so that a gateway-bounded load is not rejected here even
+# on busy cores, and well below the gateway's 30 s deadline (TRITON_TIMEOUT_SECONDS), which it would only waste.
+MAX_QUEUE_SIZE = 64
+QUEUE_TIMEOUT_US = 10_000_000
 WARMUP_TOKENS = 128
 TOKEN_INPUTS = ("INPUT_IDS", "ATTENTION_MASK")
 
@@ -69,6 +78,14 @@ def _model_params(model: ServedModel) -> dict[str, str]:
     return model_parameters(model.name, model.revision, model.max_sequence_length)
 
 
+def bound_queue(config: mc.ModelConfig) -> None:
+    """Reject, rather than hold, what would wait too long in `config`'s dynamic batching queue (`MAX_QUEUE_SIZE`)."""
+    policy = config.dynamic_batching.default_queue_policy
+    policy.max_queue_size = MAX_QUEUE_SIZE
+    policy.timeout_action = mc.ModelQueuePolicy.REJECT
+    policy.default_timeout_microseconds = QUEUE_TIMEOUT_US
+
+
 def token_tensors(ragged: bool, names: tuple[str, ...] = TOKEN_INPUTS) -> list[mc.ModelInput]:
     """[-1] int64 inputs; `ragged`: requests of any token length batch together (python backend)."""
     return [mc.ModelInput(name=name, data_type=mc.TYPE_INT64, dims=[-1], allow_ragged_batch=ragged) for name in names]
@@ -87,6 +104,7 @@ def tokenizer_config(model: ServedModel) -> mc.ModelConfig:
     )
     config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1))
     config.dynamic_batching.max_queue_delay_microseconds = 500
+    bound_queue(config)
     # One thread: beside bge_onnx's CPU runs, which keep every core busy, the Rust tokenizer's thread pool buys no
     # time and adds its threads' wake-ups (docs/benchmarks.md). "true" pays where the cores are otherwise idle.
     set_parameters(config, {**_model_params(model), "parallel_tokenization": "false"})
@@ -126,7 +144,7 @@ def encoder_config(model: ServedModel) -> mc.ModelConfig:
     # No queue delay and no preferred sizes: a free instance takes every queued request at once (up to
     # MAX_BATCH_SIZE). Under load requests queue while a batch runs, so batches grow by themselves; a timer
     # would hold a lone request back by its whole delay and, with batches already growing under load, gain nothing.
-    config.dynamic_batching.SetInParent()
+    bound_queue(config)
     set_parameters(config, {**_model_params(model), **runtime_parameters(model.cpu_precision)})
     add_token_warmup(config)
     return config
@@ -156,6 +174,7 @@ def native_encoder_config(model: ServedModel) -> mc.ModelConfig:
     config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_GPU, count=1))
     config.dynamic_batching.preferred_batch_size.extend(PREFERRED_BATCH_SIZES)
     config.dynamic_batching.max_queue_delay_microseconds = MAX_QUEUE_DELAY_US
+    bound_queue(config)
     accelerator = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
     accelerator.parameters.update(
         {

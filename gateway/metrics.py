@@ -51,7 +51,13 @@ TRITON_LATENCY = Histogram(
     "gateway_triton_request_duration_seconds", "Latency of one Triton inference call.", buckets=LATENCY_BUCKETS
 )
 TRITON_ERRORS = Counter("gateway_triton_errors_total", "Failed Triton calls by reason.", ["reason"])
-# reason: unavailable | timeout | invalid | error
+# reason: unavailable | timeout | invalid | queue_full | error
+MODEL_QUEUE_REJECTIONS = Counter(
+    "gateway_model_queue_rejections_total",
+    "Embedding calls refused with 429 because a model queue was full: the gateway's own (more encoding waiting "
+    "than TRITON_MAX_QUEUE_SECONDS) or Triton's (its queue policy).",
+    ["queue"],
+)  # queue: gateway | triton
 TRITON_UP = Gauge(
     "gateway_triton_up", "0 while no Triton address is reachable and serving the model (uncached embeddings 503)."
 )

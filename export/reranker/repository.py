@@ -20,6 +20,7 @@ from export.repository import (
     MAX_BATCH_SIZE,
     WARMUP_TOKENS,
     add_token_warmup,
+    bound_queue,
     model_parameters,
     render,
     replace_file,
@@ -78,6 +79,7 @@ def tokenizer_config(model: ServedReranker) -> mc.ModelConfig:
     )
     config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1))
     config.dynamic_batching.max_queue_delay_microseconds = 500
+    bound_queue(config)
     # One thread, as bge_tokenizer: the scorer's CPU runs keep the cores busy (docs/model.md).
     set_parameters(config, {**model.parameters(), "parallel_tokenization": "false"})
     warmup = config.model_warmup.add(name="sample_pair", batch_size=8)
@@ -93,7 +95,7 @@ def scorer_config(model: ServedReranker) -> mc.ModelConfig:
     config.input.extend(token_tensors(ragged=True, names=model.token_inputs))
     config.output.append(mc.ModelOutput(name="SCORE", data_type=mc.TYPE_FP32, dims=[1]))
     config.instance_group.append(mc.ModelInstanceGroup(kind=mc.ModelInstanceGroup.KIND_CPU, count=1))
-    config.dynamic_batching.SetInParent()
+    bound_queue(config)
     set_parameters(config, {**model.parameters(), **runtime_parameters(model.cpu_precision)})
     add_token_warmup(config, model.token_inputs, min(WARMUP_TOKENS, model.max_sequence_length))
     return config

@@ -19,6 +19,11 @@ spreads each call's trip over the call's texts, so it overstates what is left of
 (the more, the smaller the calls), and calls settled into a large and a small one taking turns while
 the encoder waited for each. A fixed count of waiting texts instead suited one machine and one load:
 it never goes at low concurrency, leaving the round trip unhidden.
+
+The queue is bounded by time: texts that would wait behind more than `max_queue_seconds` of encoding (what is left
+of the running calls and the texts already waiting, at the encoder's pace) are refused at once with 429
+`overloaded` and Retry-After, as the gateway's in-flight limit refuses requests: under overload a queue without
+bound only turns every request into a timeout. A call that would go at once is never refused.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway import metrics
-from gateway.errors import InvalidRequestError
+from gateway.errors import InvalidRequestError, OverloadedError
 from gateway.services.embeddings import Embedder
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
@@ -77,6 +82,21 @@ def overlap_from(waiting_texts: int, running_texts: int, served_since: float, se
     return served_since + (running_texts - 1) * seconds_per_text
 
 
+class EmbeddingQueueFullError(OverloadedError):
+    """More encoding waits in this gateway's queue for Triton than `TRITON_MAX_QUEUE_SECONDS`: the texts are
+    refused at once (429 `overloaded`) rather than queued until their deadline.
+
+    Do: client: retry after `Retry-After` seconds, with back-off, or send fewer texts at once; operator: the
+    model's capacity is spent: more Triton replicas or GPUs (`gateway_model_queue_rejections_total{queue="gateway"}`).
+    """
+
+    def __init__(self, wait_seconds: float) -> None:
+        super().__init__(
+            f"embedding queue full: about {wait_seconds:.1f} s of encoding waits already; retry shortly",
+            retry_after=max(1, math.ceil(wait_seconds)),
+        )
+
+
 @dataclass
 class _Waiting:
     texts: list[str]
@@ -92,11 +112,15 @@ class CoalescingEmbedder:
         *,
         max_in_flight: int = 1,
         max_texts: int | None = None,
+        max_queue_seconds: float = math.inf,
         pace: EncoderPace | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_in_flight < 1 or (max_texts is not None and max_texts < 1):
             raise ValueError("max_in_flight and max_texts must be >= 1")
+        if max_queue_seconds <= 0:
+            raise ValueError("max_queue_seconds must be positive")
+        self._max_queue_seconds = max_queue_seconds
         self._inner = inner
         self._max_in_flight = max_in_flight
         self._max_texts_given = max_texts  # None: the model's max batch size, so that a call is one Triton batch
@@ -128,6 +152,10 @@ class CoalescingEmbedder:
                 self._ended(call)
                 self._in_flight -= 1
                 self._dispatch()
+        wait = self.wait_ahead()
+        if wait > self._max_queue_seconds:
+            metrics.MODEL_QUEUE_REJECTIONS.labels(queue="gateway").inc()
+            raise EmbeddingQueueFullError(wait)
         if self._max_texts_given is None:
             self._max_texts = (await self._inner.model_info()).max_batch_size
         waiting = _Waiting(texts, asyncio.get_running_loop().create_future())
@@ -136,6 +164,20 @@ class CoalescingEmbedder:
         self._dispatch()
         # The merged call runs in its own task: a caller that goes away cancels only its own future.
         return await waiting.result
+
+    def wait_ahead(self) -> float:
+        """Seconds of encoding ahead of texts that join the queue now: what is left of the running calls, then the
+        texts already waiting, at the encoder's pace (0 before any call has been timed: nothing to judge by)."""
+        seconds_per_text = self._pace.seconds_per_text
+        if seconds_per_text is None:
+            return 0.0
+        running = self._running.values()
+        left = 0.0
+        if running:
+            since = min(self._pace.served_from(sent) for _, sent in running)
+            work = sum(texts for texts, _ in running) * seconds_per_text
+            left = max(0.0, work - (self._clock() - since))
+        return left + self._waiting_texts * seconds_per_text
 
     def _started(self, texts: int) -> int:
         self._calls_sent += 1

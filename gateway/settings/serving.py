@@ -97,6 +97,17 @@ class TritonSettings(BaseSettings):
         "it for the cores.",
     )
 
+    max_queue_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="Texts that would wait behind more than this many seconds of encoding in the gateway's queue "
+        "for Triton (what is left of the calls in flight and the texts already waiting, at the encoder's measured "
+        "pace) are refused at once with 429 `overloaded` and Retry-After, like the in-flight limit's refusals: an "
+        "overloaded model answers some requests quickly and refuses the rest, instead of making all of them wait "
+        "until their deadline. A request that can go at once is never refused. Higher: bulk clients at high "
+        "concurrency wait rather than retry; lower: shorter worst waits, earlier refusals.",
+    )
+
 
 class ObservabilitySettings(BaseSettings):
     """Tracing (OpenTelemetry); metrics are always on at /metrics."""

@@ -27,7 +27,13 @@ from opentelemetry import propagate, trace
 from tritonclient.utils import InferenceServerException
 
 from gateway import metrics
-from gateway.errors import InvalidRequestError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.errors import (
+    InvalidRequestError,
+    OverloadedError,
+    UpstreamError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
 from gateway.settings import TritonSettings
 from gateway.upstreams.triton_endpoints import Resolver, TritonEndpoint, TritonEndpoints, resolve_host
 
@@ -50,6 +56,9 @@ CHANNEL_ARGS = [
 ]
 INFO_RETRY_SECONDS = 1.0  # while Triton is unreachable, how often a request re-reads the model info
 # Triton's answers while it shuts down (the port stays open until it exits) and while the model loads.
+# Triton's answers when a model's bounded queue (the export's `default_queue_policy`) refuses a call: full, or
+# waited past its bound. Triton says UNAVAILABLE for both, but that Triton is serving: it is overloaded, not out.
+QUEUE_FULL_MESSAGES = ("Exceeds maximum queue size", "Request timeout expired")
 UNAVAILABLE_MESSAGES = ("unknown model", "not ready", "stopped accepting", "no available versions", "shutting down")
 
 TritonCall = Callable[[grpcaio.InferenceServerClient, float], Awaitable[Any]]  # (client, timeout seconds)
@@ -72,6 +81,18 @@ class TritonUnavailableError(UpstreamUnavailableError):
 
     def __init__(self, message: str = "triton unavailable", **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
+
+
+class TritonQueueFullError(OverloadedError):
+    """Triton's queue in front of a model was full, or the call waited there past its bound, on this Triton and
+    on another where there is one: answered as the gateway's own load shedding is (429 `overloaded`).
+
+    Do: client: retry after `Retry-After` seconds, with back-off; operator: Triton needs more instances or
+    replicas (`gateway_model_queue_rejections_total{queue="triton"}`).
+    """
+
+    def __init__(self, message: str = "triton is overloaded: its model queue is full; retry shortly") -> None:
+        super().__init__(message)
 
 
 class TritonTimeoutError(UpstreamTimeoutError):
@@ -233,7 +254,8 @@ class TritonClient:
 
     async def call(self, call: TritonCall, timeout: float) -> Any:
         """`call` (idempotent: every call this client makes is) on the next Triton in rotation; where that one is
-        unavailable (stopping, gone, unreachable), once more on another within what is left of `timeout`."""
+        unavailable (stopping, gone, unreachable) or its queue refused the call, once more on another within what
+        is left of `timeout` (never again on the same one: its queue is what refused it)."""
         deadline = time.monotonic() + timeout
         endpoint = await self._endpoints.pick()
         if endpoint is None:
@@ -241,7 +263,7 @@ class TritonClient:
             raise TritonUnavailableError()
         try:
             return await self._call_on(endpoint, call, timeout)
-        except TritonUnavailableError:
+        except (TritonUnavailableError, TritonQueueFullError):
             other = await self._endpoints.pick(exclude=endpoint)
             left = deadline - time.monotonic()
             if other is None or left <= 0:
@@ -257,6 +279,8 @@ class TritonClient:
                 result = await call(client, timeout)
         except InferenceServerException as exc:
             error = translate(exc, self._settings)
+            if isinstance(error, TritonQueueFullError):
+                metrics.MODEL_QUEUE_REJECTIONS.labels(queue="triton").inc()
             if isinstance(error, TritonUnavailableError):
                 self._info_stale = True  # the model may come back as another revision
                 await self._endpoints.failed(endpoint, str(exc.message() or exc))
@@ -305,9 +329,13 @@ def parse_model_info(response: Any) -> ModelInfo:
     )
 
 
-def translate(exc: InferenceServerException, settings: TritonSettings) -> UpstreamError | InvalidRequestError:
+def translate(
+    exc: InferenceServerException, settings: TritonSettings
+) -> UpstreamError | InvalidRequestError | TritonQueueFullError:
     status = str(exc.status() or "")
     message = str(exc.message() or exc)
+    if any(text in message for text in QUEUE_FULL_MESSAGES):
+        return TritonQueueFullError()
     if "DEADLINE_EXCEEDED" in status or "Deadline Exceeded" in message:
         return TritonTimeoutError(f"triton did not answer within {settings.timeout_seconds:g} s")
     if "UNAVAILABLE" in status or any(text in message for text in UNAVAILABLE_MESSAGES):
@@ -322,6 +350,8 @@ def _reason(error: Exception) -> str:
         return "unavailable"
     if isinstance(error, TritonTimeoutError):
         return "timeout"
+    if isinstance(error, TritonQueueFullError):
+        return "queue_full"
     if isinstance(error, TritonInvalidInputError):
         return "invalid"
     return "error"

@@ -30,7 +30,9 @@ async def embedding_service(
         if embedder is None:
             client = TritonClient(triton)
             stack.push_async_callback(client.aclose)
-            embedder = CoalescingEmbedder(client, max_in_flight=triton.max_in_flight_calls)
+            embedder = CoalescingEmbedder(
+                client, max_in_flight=triton.max_in_flight_calls, max_queue_seconds=triton.max_queue_seconds
+            )
         vectors = None
         if redis is not None or cache.embedding_cache_mb > 0:
             vectors = EmbeddingCache(

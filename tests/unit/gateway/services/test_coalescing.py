@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gateway.errors import InvalidRequestError
-from gateway.services.coalescing import CoalescingEmbedder, EncoderPace, overlap_from
+from gateway.services.coalescing import CoalescingEmbedder, EmbeddingQueueFullError, EncoderPace, overlap_from
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 
 INFO = ModelInfo(name="m", revision="r", max_batch_size=64, max_sequence_length=512, dimension=2)
@@ -186,3 +186,23 @@ async def test_a_caller_that_goes_away_does_not_disturb_the_others() -> None:
 def test_limits_must_be_positive() -> None:
     with pytest.raises(ValueError, match=">= 1"):
         CoalescingEmbedder(SlowEmbedder(), max_in_flight=0)
+
+
+async def test_texts_that_would_wait_past_the_queue_bound_are_refused_at_once() -> None:
+    inner = SlowEmbedder(seconds=0.5)  # each call 0.5 s whatever its size: one text learns 0.5 s per text
+    embedder = CoalescingEmbedder(inner, max_in_flight=1, max_queue_seconds=1.2, pace=EncoderPace(weight=1.0))
+    await embedder.embed(["a"])
+    first = asyncio.create_task(embedder.embed(["b"]))  # goes at once
+    await asyncio.sleep(0)
+    overlapping = asyncio.create_task(embedder.embed(["c"]))  # as many waiting as running: goes beside it
+    await asyncio.sleep(0)
+    queued = asyncio.create_task(embedder.embed(["d"]))  # about 1 s of encoding ahead: waits
+    await asyncio.sleep(0)
+    assert embedder.wait_ahead() == pytest.approx(1.5, abs=0.05)
+    with pytest.raises(EmbeddingQueueFullError) as refused:  # 1.5 s ahead of it: refused with no call made
+        await embedder.embed(["e"])
+    assert (refused.value.status_code, refused.value.code) == (429, "overloaded")
+    assert refused.value.headers == {"Retry-After": "2"}
+    assert [r.vectors[0, 0] for r in await asyncio.gather(first, overlapping, queued)] == [1.0, 1.0, 1.0]
+    assert ["e"] not in inner.calls
+    assert (await embedder.embed(["f"])).vectors[0, 0] == 1.0  # the queue drained: served again
