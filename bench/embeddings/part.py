@@ -20,10 +20,14 @@ from bench.embeddings.loads import (
     rest_loads,
     warm_cache,
 )
+from bench.embeddings.overload import FACTOR as OVERLOAD_FACTOR
+from bench.embeddings.overload import overload
 from bench.embeddings.plan import (
     BATCH,
     CACHED_OPEN_LOOP,
     CEILING_BATCHES,
+    GATEWAY_1,
+    GATEWAY_32,
     NAIVE,
     ORT_ARRIVAL,
     ORT_ONE_CALL,
@@ -76,7 +80,10 @@ async def run(
         triton_endpoint = triton(log_dir, repository)
         servers.append(triton_endpoint.server)
         triton_endpoint.server.start(triton_endpoint.ready_url, timeout=300)
-        uncached = gateway(log_dir, {"TRITON_URL": triton_endpoint.grpc_target, "EMBEDDING_CACHE_MB": "0"})
+        # The sweep's closed loops measure throughput at saturation (up to 32 requests of 32 texts waiting): its
+        # gateway's queue is not bounded, the overload step's gateway (`overload`) has the default bound.
+        unbounded = {"TRITON_MAX_QUEUE_SECONDS": "3600"}
+        uncached = gateway(log_dir, {"TRITON_URL": triton_endpoint.grpc_target, "EMBEDDING_CACHE_MB": "0", **unbounded})
         servers.append(uncached.server)
         uncached.server.start(uncached.ready_url)
         cached = gateway(
@@ -113,7 +120,21 @@ async def run(
             return result
 
         try:
-            return await measure_rounds(plan, in_process, triton_endpoint, uncached, cached, peers, write)
+            result = await measure_rounds(plan, in_process, triton_endpoint, uncached, cached, peers, write)
+            capacity = max((p.throughput for p in result.points if p.system in (GATEWAY_1, GATEWAY_32)), default=0.0)
+            if capacity > 0:
+                log.info("overload: %g x the %.0f texts/s served at best", OVERLOAD_FACTOR, capacity)
+                bounded = gateway(log_dir, {"TRITON_URL": triton_endpoint.grpc_target, "EMBEDDING_CACHE_MB": "0"},
+                                  "gateway-bounded")  # fmt: skip
+                servers.append(bounded.server)
+                bounded.server.start(bounded.ready_url)
+                measured = await overload(
+                    f"{bounded.base_url}/v1/embeddings", plan.texts, capacity, plan.overload_seconds
+                )
+                result.targets += measured.targets()
+                result.notes.append(measured.note())
+                result.write(out_dir)
+            return result
         except Exception:
             for server in servers:  # a server that died is the cause to report, not the request that found it
                 server.check_alive()

@@ -13,6 +13,7 @@ CEILING_BATCHES = (16, 32, 64, 128, 256)  # rows per batch of each in-process IN
 NAIVE_TEXTS = 300  # the naive loop is slow: it runs on this many of the texts
 CACHE_RATE = 500.0  # requests per second of the warm-cache open loop
 CACHE_SECONDS = 10.0
+OVERLOAD_SECONDS = 20.0  # of uncached requests at 4 x the capacity (bench.embeddings.overload)
 TARGET_CONCURRENCY = 32  # where the throughput targets are judged
 P99_CONCURRENCY = 8  # where the uncached latency target is judged
 
@@ -56,9 +57,10 @@ class Plan:
     infinity: bool
     cache_rate: float
     cache_seconds: float
+    overload_seconds: float = OVERLOAD_SECONDS
 
     @classmethod
     def make(cls, *, runs: int, quick: bool, infinity: bool) -> Plan:
         if quick:
-            return cls(workload_texts(32), 8, (1, 8), 1, False, 100.0, 1.0)
+            return cls(workload_texts(32), 8, (1, 8), 1, False, 100.0, 1.0, 2.0)
         return cls(workload_texts(2000), NAIVE_TEXTS, CONCURRENCIES, max(runs, 1), infinity, CACHE_RATE, CACHE_SECONDS)
