@@ -49,6 +49,13 @@ MAX_QUEUE_DELAY_US = 2000
 MAX_QUEUE_SIZE = 64
 QUEUE_TIMEOUT_US = 10_000_000
 WARMUP_TOKENS = 128
+# ONNX Runtime's CUDA memory arena grows to the largest batch it has run and keeps that memory, so that the GPU's
+# used memory stays high once a big batch has passed. Each model's arena is capped at GPU_MEMORY_LIMIT_BYTES, and
+# grows by what a run asks for (kSameAsRequested) rather than to the next power of two: one model cannot take the
+# whole GPU, and the gateway's GPU policy, which judges used memory against GPU_MEMORY_BUDGET_BYTES, sees arenas
+# that stay within their caps (docs/operations.md, "GPU states"). 8 GiB holds a run of 256 texts of 512 tokens
+# through a BGE-large FP16 encoder; a run that needs more fails alone instead of the process.
+GPU_MEMORY_LIMIT_BYTES = 8 << 30
 TOKEN_INPUTS = ("INPUT_IDS", "ATTENTION_MASK")
 
 
@@ -160,6 +167,8 @@ def runtime_parameters(cpu_precision: str) -> dict[str, str]:
         "intra_op_threads": "0",  # 0: the cores this process may use, shared by the CPU instances and runs
         "allow_spinning": "false",  # idle ONNX Runtime workers sleep: the cores are shared
         "padding_ratio": "1.15",  # a chunk's padded area over its real tokens (encoder.chunk_sizes)
+        "gpu_mem_limit": str(GPU_MEMORY_LIMIT_BYTES),  # the CUDA provider's arena cap on KIND_GPU instances
+        "arena_extend_strategy": "kSameAsRequested",
     }
 
 
@@ -184,7 +193,10 @@ def native_encoder_config(model: ServedModel) -> mc.ModelConfig:
             "trt_engine_cache_path": TENSORRT_CACHE_PATH,
         }
     )
-    set_parameters(config, _model_params(model))
+    # The backend's CUDA provider (what TensorRT leaves to it, and the tensors it hands TensorRT) takes its arena
+    # settings as model parameters; 1 is kSameAsRequested.
+    arena = {"gpu_mem_limit": str(GPU_MEMORY_LIMIT_BYTES), "arena_extend_strategy": "1"}
+    set_parameters(config, {**_model_params(model), **arena})
     add_token_warmup(config)
     return config
 

@@ -20,6 +20,7 @@ from gateway.tracing import configure_tracing
 log = logging.getLogger("gateway")
 # After the grace period, what the closing steps may take: clients closing their pools, the task runner's drain.
 SHUTDOWN_MARGIN_SECONDS = 15.0
+WS_MAX_MESSAGE_BYTES = 64 * 1024  # a subscribe message of 100 task ids is under 5 KB
 
 
 class GatewayServer(uvicorn.Server):
@@ -83,6 +84,12 @@ def main() -> None:
         http=with_header_deadline(settings.server.header_timeout_seconds),  # httptools, with a header deadline
         timeout_graceful_shutdown=int(settings.server.shutdown_grace_seconds),
         timeout_keep_alive=int(settings.server.keepalive_seconds),
+        # Task sockets: websockets' sans-I/O protocol (the `websockets` package), pinged to stay open through proxies;
+        # clients send only small subscribe messages, so a large frame is refused rather than buffered.
+        ws="websockets-sansio",
+        ws_ping_interval=settings.server.ws_ping_seconds or None,
+        ws_ping_timeout=settings.server.ws_ping_seconds or None,
+        ws_max_size=WS_MAX_MESSAGE_BYTES,
     )
     GatewayServer(config, app, settings.server.shutdown_grace_seconds).run()
 

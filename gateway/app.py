@@ -8,13 +8,29 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from gateway.auth import PUBLIC_PATHS
+from gateway.cors import cors_options
 from gateway.errors import install_error_handlers
 from gateway.limits import InFlightLimit, LimitsMiddleware, watcher_limit
 from gateway.observability import RequestContextMiddleware
-from gateway.routes import admin, callbacks, chat, docs, embeddings, health, models, rerank, search, usage, video
+from gateway.routes import (
+    admin,
+    callbacks,
+    chat,
+    docs,
+    embeddings,
+    health,
+    models,
+    rerank,
+    search,
+    task_sockets,
+    usage,
+    video,
+)
 from gateway.routes.key_middleware import KeyMiddleware
+from gateway.routes.socket_handshake import SocketPolicy
 from gateway.services.embeddings import Embedder
 from gateway.settings import Settings, deprecated_variables, renamed_variables
 from gateway.tracing import tracing_installed
@@ -24,7 +40,7 @@ from gateway.wiring.shared import shared_redis
 
 log = logging.getLogger(__name__)
 
-ROUTERS = (embeddings, chat, models, video, search, rerank, callbacks, admin, usage, health, docs)
+ROUTERS = (embeddings, chat, models, video, task_sockets, search, rerank, callbacks, admin, usage, health, docs)
 
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
@@ -34,7 +50,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     # Built with the app, not in its lifespan: the key middleware needs the gatekeeper, whose limits and key
     # store use this connection's circuit like every other Redis user. The lifespan closes it.
     redis = shared_redis(settings.redis)
-    keys = KeyServices(settings.auth, settings.usage, redis)
+    keys = KeyServices(
+        settings.auth,
+        settings.usage,
+        redis,
+        watchers_per_key=settings.limits.max_task_watchers_per_caller,
+        video_key=settings.video.api_key,
+    )
     in_flight = InFlightLimit(settings.limits.max_in_flight)  # REST and gRPC: one budget
     watchers = watcher_limit(settings.limits.max_task_watchers)
 
@@ -78,6 +100,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     install_error_handlers(app)
     for router in ROUTERS:
         router.attach_router(app)
+    origins = settings.server.allowed_origins()
+    app.state.task_sockets = SocketPolicy(keys.gatekeeper, watchers, frozenset(o.lower() for o in origins))
     app.add_middleware(KeyMiddleware, gatekeeper=keys.gatekeeper)
     app.add_middleware(
         LimitsMiddleware,
@@ -86,5 +110,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         watchers=watchers,
         timeout_seconds=settings.limits.request_timeout_seconds,
     )
+    if origins:  # outside the keys and limits: a preflight carries no key, and a refusal needs CORS headers too
+        app.add_middleware(CORSMiddleware, **cors_options(origins))
     app.add_middleware(RequestContextMiddleware)  # outermost: every answer gets a request id and is measured
     return app

@@ -18,6 +18,7 @@ from typing import Any
 from gateway.keys.context import CURRENT_KEY, current_key
 from gateway.keys.gatekeeper import Gatekeeper
 from gateway.keys.model import ApiKey
+from gateway.keys.watch_tokens import WatchToken, WatchTokens
 from gateway.protocol.video import ImageGenerationRequest
 from gateway.search.store import VectorStore
 from gateway.services.chat import CacheResult, ChatService, estimate_tokens, usage_requested
@@ -120,13 +121,22 @@ class BilledChat:
 
 class BilledVideo:
     """Video submits counted against the key's videos per day, each task recorded once (its id is the record's,
-    however often an idempotent submit is replayed). Reading, watching and cancelling tasks cost nothing."""
+    however often an idempotent submit is replayed). Reading, watching and cancelling tasks, and watch tokens, cost
+    nothing."""
 
-    def __init__(self, service: VideoService, gatekeeper: Gatekeeper, usage: UsageRecorder, model: str) -> None:
+    def __init__(
+        self,
+        service: VideoService,
+        gatekeeper: Gatekeeper,
+        usage: UsageRecorder,
+        model: str,
+        tokens: WatchTokens | None = None,
+    ) -> None:
         self.service = service  # what costs nothing: readiness, the webhooks
         self._gatekeeper = gatekeeper
         self._usage = usage
         self._model = model
+        self.tokens = tokens if tokens is not None else WatchTokens(None, 1.0)  # none: every token refused (503)
 
     async def submit(
         self, request: ImageGenerationRequest, *, idempotency_key: str | None = None, caller: str = ""
@@ -144,8 +154,13 @@ class BilledVideo:
     async def cancel(self, task_id: str) -> Task:
         return await self.service.cancel(task_id)
 
-    async def watch(self, task_id: str) -> AsyncGenerator[Task, None]:
-        return await self.service.watch(task_id)
+    async def watch(self, task_id: str, after: int | None = None) -> AsyncGenerator[Task, None]:
+        return await self.service.watch(task_id, after)
+
+    async def watch_token(self, task_id: str) -> WatchToken:
+        """A token that opens WebSockets on this task (404 for an unknown one) in the caller's key's name."""
+        task = await self.service.get(task_id)
+        return self.tokens.mint(task.id, current_key())
 
 
 class BilledSearch(SearchService):

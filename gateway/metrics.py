@@ -37,7 +37,16 @@ REQUESTS_SHED = Counter(
     "Requests refused with 429 because their in-flight limit (requests or watchers) was full.",
 )
 TASK_WATCHERS = Gauge(
-    "gateway_task_watchers", "Video task event streams open now (REST and gRPC); not in http_requests_in_flight."
+    "gateway_task_watchers",
+    "Task watchers now: event streams (REST and gRPC) and WebSocket subscriptions (at least one a socket); not in "
+    "http_requests_in_flight.",
+)
+TASK_SOCKETS = Gauge("gateway_task_sockets", "Task WebSockets open now (GET /v1/tasks/{id}/ws and /v1/ws).")
+TASK_SOCKET_CLOSES = Counter(
+    "gateway_task_socket_closes_total",
+    "Task WebSockets ended, by the gateway's close code (1000 the task ended, 1008 refused: credentials, limits, a "
+    "bad request; 1011 and 1013 an error), or `client` where the client closed or vanished first.",
+    ["code"],
 )
 
 CACHE_LOOKUPS = Counter(
@@ -71,6 +80,22 @@ TRITON_CHANNELS = Gauge(
     "gateway_triton_channels",
     "gRPC channels to Triton open now: one per address, and one more while a replaced one finishes its calls.",
 )
+TRITON_IN_FLIGHT_LIMIT = Gauge(
+    "gateway_triton_in_flight_limit",
+    "Triton calls the gateway keeps in flight now: TRITON_MAX_IN_FLIGHT_CALLS, lower while the GPUs are throttled.",
+)
+GPU_STATE = Gauge(
+    "gateway_gpu_state", "1 for each state a GPU under Triton is in now, by GPU UUID.", ["gpu", "state"]
+)  # state: normal | degraded (memory high: bulk work refused) | throttled (hot: fewer Triton calls in flight)
+GPU_MEMORY_USED_RATIO = Gauge(
+    "gateway_gpu_memory_used_ratio",
+    "A GPU's used memory over its budget (GPU_MEMORY_BUDGET_BYTES, else its total).",
+    ["gpu"],
+)
+GPU_TEMPERATURE = Gauge("gateway_gpu_temperature_celsius", "A GPU's temperature (from the DCGM exporter).", ["gpu"])
+GPU_REFUSALS = Counter(
+    "gateway_gpu_refusals_total", "Requests refused with 503 gpu_memory_high, by work.", ["work"]
+)  # work: embeddings | upsert | rerank
 EMBEDDING_BATCH_SIZE = Histogram(
     "gateway_embedding_batch_size", "Texts per Triton call (after cache hits are removed).", buckets=BATCH_BUCKETS
 )

@@ -39,6 +39,19 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+class WebSocketWireFilter(logging.Filter):
+    """Drops what uvicorn's WebSocket protocol logs of the wire: a line per handshake with the client's address and
+    the URL with its query (INFO), and the handshake's headers and every frame (DEBUG: `< authorization: Bearer ...`,
+    a watch token in `sec-websocket-protocol`). Secrets must not reach the logs at any level; the task sockets log
+    a line of their own when they close (`gateway.routes.task_sockets`)."""
+
+    WIRE_PREFIXES = ("< ", "> ", "= ", "x ", "! ", "% ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        return not (message.startswith(self.WIRE_PREFIXES) or message.startswith('%s - "WebSocket '))
+
+
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
@@ -48,6 +61,7 @@ def configure_logging(level: str) -> None:
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = name != "uvicorn.access"  # our access log replaces uvicorn's
+    logging.getLogger("uvicorn.error").addFilter(WebSocketWireFilter())
 
 
 PYMILVUS_LOGGERS = ("pymilvus", "pymilvus.milvus_client", "pymilvus.bulk_writer")

@@ -25,11 +25,11 @@ from gateway.settings import environment_variables, renamed_variables, settings_
 
 SCHEMA = Path(__file__).resolve().parent.parent / "helm" / "ai-stack" / "values.schema.json"
 
-# Set by the chart from its own values (ports, addresses, search, the keys file, the SQLite files).
+# Set by the chart from its own values (ports, addresses, the GPU metrics, search, the keys file, the SQLite files).
 CHART_MANAGED = frozenset({
-    "GATEWAY_HOST", "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT", "TRITON_URL", "REDIS_URL", "SEARCH_ENABLED",
-    "SEARCH_MILVUS_URI", "SEARCH_MILVUS_TOKEN", "SEARCH_PATH", "GATEWAY_KEYS_FILE", "GATEWAY_KEYS_SQLITE_PATH",
-    "GATEWAY_USAGE_SQLITE_PATH", "GATEWAY_USAGE_SPOOL_PATH",
+    "GATEWAY_HOST", "GATEWAY_HTTP_PORT", "GATEWAY_GRPC_PORT", "TRITON_URL", "GPU_METRICS_URLS", "REDIS_URL",
+    "SEARCH_ENABLED", "SEARCH_MILVUS_URI", "SEARCH_MILVUS_TOKEN", "SEARCH_PATH", "GATEWAY_KEYS_FILE",
+    "GATEWAY_KEYS_SQLITE_PATH", "GATEWAY_USAGE_SQLITE_PATH", "GATEWAY_USAGE_SPOOL_PATH",
 })  # fmt: skip
 # Names the chart refuses in its ConfigMap (they belong in a Secret), as its gateway-configmap.yaml says.
 SECRET_LIKE = re.compile(r"KEY|PASSWORD|PASSWD|SECRET|TOKEN$|CREDENTIAL|AUTHORIZATION|HEADERS|REDIS_URL", re.IGNORECASE)

@@ -26,6 +26,11 @@ def event(data: str) -> str:
     return f"data: {data}\n\n"
 
 
+def identified(event_id: int | str, data: str) -> str:
+    """An event with its id: a client that reconnects sends the last id it read as `Last-Event-ID`."""
+    return f"id: {event_id}\ndata: {data}\n\n"
+
+
 def encode_stream(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
     """`payloads` (JSON texts) as SSE events, then [DONE]; an error mid-stream becomes the last event."""
     return encode_batches(_single(payloads))
@@ -38,14 +43,30 @@ async def encode_batches(batches: AsyncGenerator[list[str], None]) -> AsyncGener
         async with aclosing(batches):  # a client that goes away closes the source, and so the upstream call
             async for batch in batches:
                 yield "".join(map(event, batch))
-    except GatewayError as exc:
-        yield event(json.dumps(exc.body(), ensure_ascii=False))
-        return
-    except Exception:
-        log.exception("stream failed")
-        yield event(json.dumps(error_body("internal error", GatewayError.type)))
+    except Exception as exc:
+        yield failure(exc)
         return
     yield DONE
+
+
+async def encode_identified(events: AsyncGenerator[tuple[int | str, str], None]) -> AsyncGenerator[str, None]:
+    """(id, payload) pairs as SSE events with their ids, then [DONE]; an error mid-stream becomes the last event."""
+    try:
+        async with aclosing(events):
+            async for event_id, payload in events:
+                yield identified(event_id, payload)
+    except Exception as exc:
+        yield failure(exc)
+        return
+    yield DONE
+
+
+def failure(exc: Exception) -> str:
+    """The last event of a stream that failed: the error's body (a bug's is "internal error", and is logged)."""
+    if isinstance(exc, GatewayError):
+        return event(json.dumps(exc.body(), ensure_ascii=False))
+    log.error("stream failed", exc_info=exc)
+    return event(json.dumps(error_body("internal error", GatewayError.type)))
 
 
 async def _single(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[list[str], None]:

@@ -22,6 +22,7 @@ from gateway.billing import bill_to
 from gateway.errors import GatewayError, UpstreamTimeoutError
 from gateway.keys.families import grpc_family
 from gateway.keys.gatekeeper import Gatekeeper
+from gateway.keys.model import ApiKey
 from gateway.limits import InFlightLimit
 from gateway.metrics import GRPC_LATENCY
 
@@ -142,8 +143,10 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         The latency is observed before the status goes out, so a client that has its answer finds the metric.
         """
         started = time.perf_counter()
-        permits = self._watchers if method in WATCH_METHODS else self._in_flight
+        watching = method in WATCH_METHODS
+        permits = self._watchers if watching else self._in_flight
         admitted = False
+        watcher: ApiKey | None = None  # the key whose watcher this call holds
         try:
             family = grpc_family(method)
             key = self._gatekeeper.authenticate(_authorization(context), family)
@@ -153,6 +156,9 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
                 if not permits.acquire():
                     raise permits.overloaded()
                 admitted = True
+            if watching:  # one of its key's watchers too, as REST's event streams
+                self._gatekeeper.watchers.take(key)
+                watcher = key
             yield
         except grpc.aio.AbortError:  # the handler chose its status itself
             _observe(method, context.code() or grpc.StatusCode.UNKNOWN, started)
@@ -171,6 +177,8 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         finally:
             if admitted and permits is not None:
                 permits.release()
+            if watcher is not None:
+                self._gatekeeper.watchers.give_back(watcher)
 
 
 def _status_of(exc: Exception, method: str) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:

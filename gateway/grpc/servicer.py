@@ -14,6 +14,7 @@ from gateway.auth import caller_identity
 from gateway.billing import BilledRerank, ChatStream
 from gateway.errors import InvalidRequestError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
+from gateway.keys.watch_tokens import WatchToken
 from gateway.protocol.base import MAX_NESTING_DEPTH
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest
@@ -142,6 +143,8 @@ class VideoBackend(Protocol):
 
     async def watch(self, task_id: str) -> AsyncGenerator[Task, None]: ...
 
+    async def watch_token(self, task_id: str) -> WatchToken: ...
+
 
 class ImagesServicer:
     """`gateway.v1.Images`: the REST task API over the same service. Submit sets trailing metadata
@@ -163,6 +166,10 @@ class ImagesServicer:
 
     async def CancelTask(self, request: pb.TaskRequest, context: grpc.aio.ServicerContext) -> pb.Task:
         return task_message(await self._backend.cancel(request.task_id))
+
+    async def CreateWatchToken(self, request: pb.TaskRequest, context: grpc.aio.ServicerContext) -> pb.WatchToken:
+        token = await self._backend.watch_token(request.task_id)
+        return pb.WatchToken(token=token.token, task_id=token.task_id, expires_at=token.expires_at)
 
     async def WatchTask(self, request: pb.TaskRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.Task]:
         changes = await self._backend.watch(request.task_id)

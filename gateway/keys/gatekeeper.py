@@ -1,5 +1,5 @@
 """`Gatekeeper`: who is calling (401), may they call this route family (403), and are they inside their own
-and their team's limits (429), for REST and gRPC alike.
+and their team's limits (429), and the task watchers each key holds (`KeyWatchers`), for REST and gRPC alike.
 
 A request whose key and team have no limits costs a hash and a dict lookup; one with limits costs one Redis
 script (or the in-process equivalent) that checks them all. Chat calls also reserve their estimated tokens
@@ -16,12 +16,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from gateway.errors import InsufficientQuotaError, PermissionDeniedError, RateLimitExceededError
+from gateway.errors import AuthenticationError, InsufficientQuotaError, PermissionDeniedError, RateLimitExceededError
 from gateway.keys import names
 from gateway.keys.families import required_scope
 from gateway.keys.limiter import Check, KeyLimiter, Refusal
 from gateway.keys.model import ApiKey, KeyLimits, TokenBudget
-from gateway.keys.resolver import KeyResolver
+from gateway.keys.resolver import ANONYMOUS, KeyResolver
+from gateway.keys.watchers import KeyWatchers
 
 BUDGETED = frozenset({"embeddings", "chat", "video", "search"})  # a spent budget still reads its usage
 STREAM_LEASE_US = 600 * 1_000_000  # a crashed replica's stream slot frees itself after this
@@ -53,14 +54,29 @@ class _Admission:
 
 
 class Gatekeeper:
-    def __init__(self, resolver: KeyResolver, limiter: KeyLimiter) -> None:
+    def __init__(self, resolver: KeyResolver, limiter: KeyLimiter, watchers: KeyWatchers | None = None) -> None:
         self.resolver = resolver
         self.limiter = limiter
+        self.watchers = watchers if watchers is not None else KeyWatchers()  # task watchers held per key
         self._admissions: dict[tuple[str, str], _Admission] = {}
 
     def authenticate(self, authorization: str | None, family: str) -> ApiKey:
         """The caller's key; 401 when unknown, expired or revoked, 403 when it lacks the family's scope."""
-        key = self.resolver.resolve(authorization)
+        return self._in_scope(self.resolver.resolve(authorization), family)
+
+    def authenticate_id(self, key_id: str, family: str) -> ApiKey:
+        """The key with this id as `authenticate` would find it now (a watch token names the key it was minted
+        with): 401 once it is revoked, expired or gone, 403 without the family's scope."""
+        if not self.resolver.enabled:
+            return ANONYMOUS
+        key = self.resolver.key(key_id)
+        if key is None:
+            raise AuthenticationError("the API key this token was issued with no longer exists")
+        if (refusal := key.refusal(time.time())) is not None:
+            raise AuthenticationError(refusal)
+        return self._in_scope(key, family)
+
+    def _in_scope(self, key: ApiKey, family: str) -> ApiKey:
         scope = required_scope(family)
         if scope is not None and scope not in key.scopes:
             raise PermissionDeniedError(

@@ -24,7 +24,9 @@ async def readyz(request: Request) -> JSONResponse:
     """Ready once started. A dependency that does not answer is reported but does not make the gateway
     unready: with Triton or a shared Redis down, failing readiness would take every replica, and so chat,
     video and cached embeddings, out of service for the sake of one feature. Without Triton, uncached
-    embeddings answer 503 (`triton unavailable`); gRPC health reports the Embeddings service NOT_SERVING."""
+    embeddings answer 503 (`triton unavailable`); gRPC health reports the Embeddings service NOT_SERVING. A GPU
+    that is degraded or throttled is reported as `gpu: degraded` (`unknown` while no GPU metrics are read), still
+    200: every replica reads the same GPUs, and would go unready at once."""
     service = embeddings(request).service
     triton = await service.ready()
     cache = await service.cache_ready()
@@ -32,6 +34,9 @@ async def readyz(request: Request) -> JSONResponse:
     checks = {"triton": "ok" if triton else "degraded"}
     if cache is not None:
         checks["cache"] = "ok" if cache else "degraded"
+    gpu = service.gpu_readiness()
+    if gpu is not None:
+        checks["gpu"] = gpu
     checks["tasks"] = "ok" if await video(request).service.ready() else "unavailable"
     redis = request.app.state.redis  # its last known state: readiness never waits on Redis
     if redis is not None:

@@ -1,6 +1,7 @@
 """The REST side of the keys (pure ASGI): every route but the probes and the signed webhooks needs a key with
-the route family's scope, inside its limits; the request is billed to the key (`billing.bill_to`), and what its
-records cost is answered as `X-Request-Cost` (gRPC's interceptor does the same)."""
+the route family's scope, inside its limits (a task's event stream: one of its key's watchers too); the request is
+billed to the key (`billing.bill_to`), and what its records cost is answered as `X-Request-Cost` (gRPC's interceptor
+does the same)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gateway.billing import bill_to
 from gateway.errors import GatewayError, send_error
 from gateway.keys.families import rest_family
 from gateway.keys.gatekeeper import Gatekeeper
+from gateway.limits import is_task_watch
 
 
 class KeyMiddleware:
@@ -26,9 +28,12 @@ class KeyMiddleware:
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
         family = rest_family(path)
+        watching = is_task_watch(path)
         try:
             key = self.gatekeeper.authenticate(header, family)
             await self.gatekeeper.admit(key, family)
+            if watching:  # an event stream holds one of its key's watchers while it is open
+                self.gatekeeper.watchers.take(key)
         except GatewayError as exc:
             await send_error(exc, scope, receive, send)
             return
@@ -39,4 +44,8 @@ class KeyMiddleware:
                 MutableHeaders(scope=message).append(*header)
             await send(message)
 
-        await self.app(scope, receive, send_with_cost)
+        try:
+            await self.app(scope, receive, send_with_cost)
+        finally:
+            if watching:
+                self.gatekeeper.watchers.give_back(key)

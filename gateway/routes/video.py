@@ -11,7 +11,7 @@ from gateway.protocol.openai import ErrorResponse
 from gateway.protocol.video import MAX_IDEMPOTENCY_KEY_CHARS, ImageGenerationRequest, TaskObject
 from gateway.routes import include
 from gateway.routes.nesting import NestingLimitedRoute
-from gateway.routes.task_events import EVENTS_RESPONSE, task_events
+from gateway.routes.task_events import EVENTS_RESPONSE, resume_point, task_events
 from gateway.services.video import Task, public_task
 
 router = APIRouter(route_class=NestingLimitedRoute)
@@ -51,8 +51,15 @@ async def cancel_task(task_id: str, request: Request) -> Response:
 
 
 @router.get("/v1/tasks/{task_id}/events", responses={**EVENTS_RESPONSE, **ERRORS})  # type: ignore[dict-item]
-async def watch_task(task_id: str, request: Request) -> StreamingResponse:
-    return task_events(await video(request).watch(task_id), lambda task: public_task(task).model_dump_json())
+async def watch_task(
+    task_id: str,
+    request: Request,
+    last_event_id: str | None = Header(
+        None, description="The id of the last event read: only later changes are sent (a reconnect)."
+    ),
+) -> StreamingResponse:
+    changes = await video(request).watch(task_id, resume_point(last_event_id))
+    return task_events(changes, lambda task: public_task(task).model_dump_json())
 
 
 def task_response(task: Task, *, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:

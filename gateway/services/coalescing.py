@@ -142,6 +142,14 @@ class CoalescingEmbedder:
     async def ready(self) -> bool:
         return await self._inner.ready()
 
+    def set_max_in_flight(self, calls: int) -> None:
+        """Change `max_in_flight` (the GPU policy lowers it while the GPUs are throttled): calls already running
+        beyond a lowered limit finish; under a raised one the waiting texts go at once."""
+        if calls < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self._max_in_flight = calls
+        self._dispatch()
+
     async def embed(self, texts: list[str]) -> TritonEmbeddings:
         if self._in_flight < self._max_in_flight and not self._waiting:
             self._in_flight += 1

@@ -1,4 +1,5 @@
-"""Embeddings, framework-free: validation, per-text cache, one Triton call for the misses."""
+"""Embeddings, framework-free: validation, per-text cache, one Triton call for the misses (refused while the GPU
+policy sheds bulk work, `gateway.gpu`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy.typing as npt
 from gateway import metrics
 from gateway.cache.embeddings import CachedEmbedding, EmbeddingCache
 from gateway.errors import InputTooLongError, InvalidRequestError, NotFoundError
+from gateway.gpu.protection import GpuProtection, GpuReadiness, GpuWork
 from gateway.protocol.unicode import has_lone_surrogate, is_blank
 from gateway.services.single_flight import CallAbandonedError, CallerLedFlight
 from gateway.settings import LimitSettings
@@ -48,13 +50,21 @@ class EmbeddingService:
     """Serves embeddings from the cache where it can and computes the rest in one Triton call.
 
     Identical texts, inside one request or across concurrent requests, are
-    computed once (single flight).
+    computed once (single flight). With `gpu`, uncached bulk work is refused while no Triton has GPU memory to
+    spare.
     """
 
-    def __init__(self, embedder: Embedder, cache: EmbeddingCache | None, limits: LimitSettings) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        cache: EmbeddingCache | None,
+        limits: LimitSettings,
+        gpu: GpuProtection | None = None,
+    ) -> None:
         self._embedder = embedder
         self._cache = cache
         self._limits = limits
+        self._gpu = gpu
         self._in_flight: CallerLedFlight[tuple[str, str, str], dict[str, CachedEmbedding]] = CallerLedFlight()
 
     async def ready(self) -> bool:
@@ -62,11 +72,15 @@ class EmbeddingService:
 
     async def embed_texts(self, texts: list[str]) -> npt.NDArray[np.float32]:
         """Vectors only: what the semantic prompt cache compares."""
-        return (await self.embed(texts)).vectors
+        return (await self.embed(texts, gpu_work=None)).vectors
 
     async def model_info(self) -> ModelInfo:
         """The served model (the last one seen while Triton is unreachable)."""
         return await self._embedder.model_info()
+
+    def gpu_readiness(self) -> GpuReadiness | None:
+        """None when no GPU metrics are configured."""
+        return None if self._gpu is None else self._gpu.readiness()
 
     async def cache_ready(self) -> bool | None:
         """None when no cache is configured."""
@@ -81,9 +95,12 @@ class EmbeddingService:
         use_cache: bool = True,
         input_type: InputType = "document",
         instruction: str | None = None,
+        gpu_work: GpuWork | None = "embeddings",
     ) -> EmbeddingResult:
         """`input_type` "query" puts `instruction` (default: the served model's query instruction) in front of
-        each text, as retrieval models such as BGE expect of short queries."""
+        each text, as retrieval models such as BGE expect of short queries. `gpu_work` is what the texts are to the
+        GPU policy: "embeddings" are bulk when more than one of them is not cached, "upsert" always; None never (a
+        search query, the semantic cache's prompt)."""
         self._validate(texts)
         info = await self._embedder.model_info()
         check_model(model, info)
@@ -94,6 +111,8 @@ class EmbeddingService:
         if use_cache and self._cache is not None:
             cached = await self._cache.get_many(info.name, info.variant, list(texts))
         misses = sorted({text for text, entry in zip(texts, cached, strict=True) if entry is None})
+        if misses and gpu_work is not None and self._gpu is not None:
+            self._gpu.refuse_bulk(gpu_work, len(misses))  # bulk or not by what Triton would compute
         computed = await self._compute(info, misses) if misses else {}
         entries = [entry or computed[text] for text, entry in zip(texts, cached, strict=True)]
         if not truncate:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.errors import InvalidRequestError, NotFoundError
+from gateway.gpu.protection import GpuProtection
 from gateway.services.texts import check_count, check_text
 from gateway.settings import LimitSettings
 from gateway.upstreams.triton_reranker import RerankerInfo, RerankerNotServedError, TritonScores
@@ -45,12 +46,20 @@ class RerankResult:
 
 
 class RerankService:
-    """`reranker` None: the gateway runs without Triton's client (tests with a stand-in embedder)."""
+    """`reranker` None: the gateway runs without Triton's client (tests with a stand-in embedder). With `gpu`, reranks
+    are refused while no Triton has GPU memory to spare: each is bulk work (one cross-encoder run per document)."""
 
-    def __init__(self, reranker: Reranker | None, limits: LimitSettings, model: str = RERANKER_ALIAS) -> None:
+    def __init__(
+        self,
+        reranker: Reranker | None,
+        limits: LimitSettings,
+        model: str = RERANKER_ALIAS,
+        gpu: GpuProtection | None = None,
+    ) -> None:
         self._reranker = reranker
         self._limits = limits
         self._model = model
+        self._gpu = gpu
 
     async def rerank(
         self, query: str, documents: Sequence[str], *, top_n: int | None = None, model: str | None = None
@@ -68,6 +77,8 @@ class RerankService:
             raise NotFoundError(
                 f"model {model!r} is not served here; use {info.name!r} or {RERANKER_ALIAS!r}", param="model"
             )
+        if self._gpu is not None:
+            self._gpu.refuse_bulk("rerank", len(documents))
         scored = await reranker.rerank(query, list(documents))
         ranked = sorted(range(len(documents)), key=lambda i: -float(scored.scores[i]))[:top_n]
         return RerankResult(

@@ -226,7 +226,7 @@ class SearchService:
             )
             return UpsertResult([d.id for d in unique], tokens, [], model)
         texts = [d.text for d in unique]
-        terms, result = await terms_beside(texts, self._embeddings.embed(texts, use_cache=use_cache))
+        terms, result = await terms_beside(texts, self._embeddings.embed(texts, use_cache=use_cache, gpu_work="upsert"))
         writes = [
             DocumentWrite(d.id, d.text, d.metadata, vector, t)
             for d, vector, t in zip(unique, result.vectors, terms, strict=True)

@@ -65,7 +65,9 @@ class ChunkedDocuments:
         ]
         flat = [point for points in made for point in points]
         texts = [point.text for point in flat]
-        terms, embedded = await terms_beside(texts, self._embeddings.embed(texts, use_cache=use_cache))
+        terms, embedded = await terms_beside(
+            texts, self._embeddings.embed(texts, use_cache=use_cache, gpu_work="upsert")
+        )
         before = await self._counts(name, [d.id for d in documents])
         writes = [
             DocumentWrite(p.id, p.text, p.metadata, vector, t)

@@ -106,7 +106,11 @@ class SearchQueries:
 
         async def dense(depth: int, floor: float | None) -> tuple[EmbeddingResult, list[Hit]]:
             result = await self._embeddings.embed(
-                [query], use_cache=use_cache, input_type="query", instruction=collection.query_instruction
+                [query],
+                use_cache=use_cache,
+                input_type="query",
+                instruction=collection.query_instruction,
+                gpu_work=None,  # a search query is never bulk work
             )
             vector = result.vectors[0]
             return result, await found(partial(self._store.search, name, vector, where=where, min_score=floor), depth)

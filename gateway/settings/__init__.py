@@ -1,5 +1,5 @@
 """Configuration from the environment: one settings class per concern, grouped in modules by area (`serving`,
-`accounts`, `stores`, `upstreams`), and `Settings`, which holds them all.
+`gpu`, `accounts`, `stores`, `upstreams`), and `Settings`, which holds them all.
 
 No other module reads `os.environ`. Every field states its unit and trade-off;
 the Helm chart's values map 1:1 to these variables.
@@ -14,6 +14,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.settings.accounts import AuthSettings, LimitSettings, ModelPrice, UsageSettings
+from gateway.settings.gpu import GpuSettings
 from gateway.settings.renamed import RenamedPrefix, deprecated_variables
 from gateway.settings.serving import ObservabilitySettings, ServerSettings, TritonSettings
 from gateway.settings.stores import CacheSettings, RedisSettings, SearchSettings, TaskStoreSettings
@@ -24,6 +25,7 @@ __all__ = [
     "CacheSettings",
     "ChatQuotaSettings",
     "ChatSettings",
+    "GpuSettings",
     "LimitSettings",
     "ModelPrice",
     "ObservabilitySettings",
@@ -52,6 +54,7 @@ class Settings(BaseSettings):
 
     server: ServerSettings = Field(default_factory=ServerSettings)
     triton: TritonSettings = Field(default_factory=TritonSettings)
+    gpu: GpuSettings = Field(default_factory=GpuSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     usage: UsageSettings = Field(default_factory=UsageSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)

@@ -49,6 +49,21 @@ class AuthSettings(BaseSettings):
         "kept in Redis, shared by every replica.",
     )
 
+    watch_token_secret: SecretStr | None = Field(
+        None,
+        description="Signs the watch tokens of `POST /v1/tasks/{id}/token` (what a browser holds to watch one task "
+        "over WebSocket). Every replica needs the same value. Unset: derived from VIDEO_API_KEY, which every replica "
+        "has (as the webhook URLs' tokens are); set it to rotate the tokens apart from the fal key, or to keep whoever "
+        "holds that key from minting them. Changing it voids the tokens out (sockets already open stay open).",
+    )
+    watch_token_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="How long a watch token opens sockets, from when it was issued. It is checked when a socket opens "
+        "only: a socket outlives its token. Longer: a leaked token works longer; shorter: a page that reconnects "
+        "must fetch a new one from its back end sooner.",
+    )
+
     def keys(self) -> list[bytes]:
         if self.api_keys is None:
             return []
@@ -110,6 +125,16 @@ class LimitSettings(BaseSettings):
     )
     max_task_watchers: int = Field(
         1024,
-        description="Video task event streams open at once (REST and gRPC), apart from GATEWAY_MAX_IN_FLIGHT: a "
-        "watcher waits minutes at almost no cost. Above it, 429 + Retry-After; each holds a connection.",
+        description="Task watchers at once in this process, apart from GATEWAY_MAX_IN_FLIGHT: each event stream "
+        "(REST and gRPC) is one, and each WebSocket one per task it follows (at least one). A watcher waits minutes "
+        "at almost no cost. Above it, 429 + Retry-After (a WebSocket: closed with 1008); each holds a connection.",
+    )
+    max_task_watchers_per_caller: int = Field(
+        256,
+        ge=1,
+        description="Task watchers one API key may hold at once in this process (the same count as "
+        "GATEWAY_MAX_TASK_WATCHERS: event streams, gRPC watches and WebSocket subscriptions together), so that one "
+        "key cannot take every watcher of a replica. Above it, 429 `too_many_watchers` (a WebSocket: closed with "
+        "1008). Counted per replica, not across replicas; not applied while no keys are configured (one anonymous "
+        "caller). Higher: a back end that watches many tasks through one key needs it.",
     )

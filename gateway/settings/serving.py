@@ -41,12 +41,30 @@ class ServerSettings(BaseSettings):
         description="Calls in flight on an aged gRPC connection get this long to finish (a chat stream may "
         "last CHAT_TOTAL_TIMEOUT_SECONDS) before it is closed.",
     )
+    ws_ping_seconds: float = Field(
+        20.0,
+        ge=0,
+        description="The gateway pings each WebSocket this often, and closes one whose pong does not come within the "
+        "same time (1011): quiet sockets stay open through proxies' idle timeouts (nginx: 60 s), and dead peers free "
+        "their watchers. Lower: dead peers found sooner, a small frame each way per socket and interval; 0: no pings.",
+    )
+    cors_allow_origins: str = Field(
+        "",
+        description="Comma-separated browser origins (scheme://host[:port], e.g. https://app.example.com) allowed to "
+        "call the REST API from a page (CORS, preflights answered without a key) and to open WebSockets (their "
+        "Origin is checked at the handshake; a socket from any other origin is refused with 403). `*`: any origin. "
+        "Empty: no cross-origin calls, and WebSockets only from clients that send no Origin (not browsers).",
+    )
     log_level: str = Field("INFO", description="Log level of the JSON logs.")
     public_url: str | None = Field(
         None,
         description="Base URL at which the upstreams reach this gateway (e.g. https://ai.example.com), used for "
         "webhook callbacks. Unset: no webhooks are requested and video tasks are polled from the start.",
     )
+
+    def allowed_origins(self) -> list[str]:
+        """GATEWAY_CORS_ALLOW_ORIGINS as a list, each without a trailing slash."""
+        return [origin.strip().rstrip("/") for origin in self.cors_allow_origins.split(",") if origin.strip()]
 
 
 class TritonSettings(BaseSettings):

@@ -35,7 +35,7 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 from gateway.settings import TritonSettings
-from gateway.upstreams.triton_endpoints import Resolver, TritonEndpoint, TritonEndpoints, resolve_host
+from gateway.upstreams.triton_endpoints import Rank, Resolver, TritonEndpoint, TritonEndpoints, resolve_host
 
 tracer = trace.get_tracer(__name__)
 log = logging.getLogger(__name__)
@@ -146,6 +146,7 @@ class TritonClient:
         open_client: Callable[[str], grpcaio.InferenceServerClient] | None = None,
         *,
         resolve: Resolver = resolve_host,
+        rank: Rank | None = None,
     ) -> None:
         self._settings = settings
         self._endpoints = TritonEndpoints(
@@ -155,6 +156,7 @@ class TritonClient:
             max_age_seconds=settings.channel_max_age_seconds,
             probe_timeout_seconds=settings.ready_timeout_seconds,
             resolve=resolve,
+            rank=rank,
         )
         self._info: ModelInfo | None = None
         self._info_stale = False  # a Triton was unreachable since it was read: the model may be another revision
@@ -167,6 +169,11 @@ class TritonClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    @property
+    def addresses(self) -> list[str]:
+        """The Triton addresses calls go to now (empty until a name is first resolved)."""
+        return self._endpoints.addresses
 
     @property
     def open_channels(self) -> int:
@@ -244,6 +251,7 @@ class TritonClient:
                     self._settings.model, [text], outputs=outputs, headers=headers, client_timeout=seconds
                 ),
                 self._settings.timeout_seconds,
+                bulk=len(texts) > 1,
             )
             metrics.TRITON_LATENCY.observe(time.perf_counter() - started)
         return TritonEmbeddings(
@@ -252,19 +260,20 @@ class TritonClient:
             truncated=np.asarray(result.as_numpy("TRUNCATED"), dtype=np.bool_).reshape(-1),
         )
 
-    async def call(self, call: TritonCall, timeout: float) -> Any:
+    async def call(self, call: TritonCall, timeout: float, *, bulk: bool = False) -> Any:
         """`call` (idempotent: every call this client makes is) on the next Triton in rotation; where that one is
         unavailable (stopping, gone, unreachable) or its queue refused the call, once more on another within what
-        is left of `timeout` (never again on the same one: its queue is what refused it)."""
+        is left of `timeout` (never again on the same one: its queue is what refused it). `bulk`: a call of several
+        texts, which a Triton short of GPU memory should not get while another has room (`triton_endpoints`)."""
         deadline = time.monotonic() + timeout
-        endpoint = await self._endpoints.pick()
+        endpoint = await self._endpoints.pick(bulk=bulk)
         if endpoint is None:
             metrics.TRITON_ERRORS.labels(reason="unavailable").inc()
             raise TritonUnavailableError()
         try:
             return await self._call_on(endpoint, call, timeout)
         except (TritonUnavailableError, TritonQueueFullError):
-            other = await self._endpoints.pick(exclude=endpoint)
+            other = await self._endpoints.pick(exclude=endpoint, bulk=bulk)
             left = deadline - time.monotonic()
             if other is None or left <= 0:
                 raise

@@ -14,6 +14,8 @@ therefore resolves `TRITON_URL` itself and keeps one channel per address:
   (a Triton that came back is found by the call itself). Only an answer to a call sent after the outage began
   counts: a stopping Triton still answers the calls it had taken, and those say nothing about its next one.
 - An address gone from the resolution gets no new calls; its channel is closed once its calls end.
+- Among the addresses in rotation, a call goes to those `rank` puts lowest: the GPU policy (`gateway.gpu`) ranks a
+  Triton whose GPU is hot or short of memory above the others, so that its calls go elsewhere while it recovers.
 
 Each address's outage is logged once when it starts (WARNING) and once when it ends (INFO).
 """
@@ -42,6 +44,7 @@ PROBE_INTERVAL_SECONDS = 0.25  # how often an address out of rotation is asked w
 RESOLVE_AFTER_FAILURE_SECONDS = 1.0  # at most one resolution a second on failures (a burst fails together)
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+Rank = Callable[[str, bool], int]  # (address, a call of several texts) -> how much calls should avoid it; 0: not at all
 
 
 @dataclass(frozen=True)
@@ -126,8 +129,10 @@ class TritonEndpoints:
         max_age_seconds: float,
         probe_timeout_seconds: float,
         resolve: Resolver = resolve_host,
+        rank: Rank | None = None,
     ) -> None:
         self._target = TritonTarget.parse(url)
+        self._rank = rank
         self._open_client = open_client
         self._model = model
         self._max_age = max_age_seconds
@@ -146,13 +151,18 @@ class TritonEndpoints:
     def addresses(self) -> list[str]:
         return list(self._endpoints)
 
-    async def pick(self, exclude: TritonEndpoint | None = None) -> TritonEndpoint | None:
-        """The next address for a call (none but `exclude` in rotation: one out of rotation; none at all: None)."""
+    async def pick(self, exclude: TritonEndpoint | None = None, *, bulk: bool = False) -> TritonEndpoint | None:
+        """The next address for a call (none but `exclude` in rotation: one out of rotation; none at all: None), among
+        those `rank` puts lowest for a call of one text or, `bulk`, of several."""
         await self._resolve_if_due()
         candidates = [e for e in self._endpoints.values() if e is not exclude]
         if not candidates:
             return None
         in_rotation = [e for e in candidates if e.serving] or candidates
+        if self._rank is not None and len(in_rotation) > 1:
+            ranks = {e.address: self._rank(e.address, bulk) for e in in_rotation}
+            lowest = min(ranks.values())
+            in_rotation = [e for e in in_rotation if ranks[e.address] == lowest]
         return in_rotation[next(self._turn) % len(in_rotation)]
 
     async def current(self) -> list[TritonEndpoint]:

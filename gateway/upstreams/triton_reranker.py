@@ -111,6 +111,7 @@ class TritonReranker:
             result = await self._client.call(
                 lambda c, seconds: c.infer(model, inputs, outputs=outputs, headers=headers, client_timeout=seconds),
                 self._settings.timeout_seconds,
+                bulk=True,  # every document is a pair the cross-encoder runs: bulk work for the GPU policy
             )
         return TritonScores(
             scores=np.asarray(result.as_numpy("SCORE"), dtype=np.float32).reshape(-1),

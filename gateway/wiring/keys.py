@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import time
 
+from pydantic import SecretStr
+
 from gateway.keys import names
 from gateway.keys.admin import KeyAdmin
 from gateway.keys.gatekeeper import Gatekeeper
 from gateway.keys.limiter import KeyLimiter, LocalKeyLimiter, RedisKeyLimiter
 from gateway.keys.resolver import KeyResolver, env_keys
 from gateway.keys.store import build_key_store
+from gateway.keys.watch_tokens import WatchTokens
+from gateway.keys.watchers import DEFAULT_PER_KEY, KeyWatchers
 from gateway.redis_client import RedisConnection
 from gateway.settings import AuthSettings, UsageSettings
 from gateway.usage.pricing import PriceTable
@@ -23,9 +27,17 @@ from gateway.usage.store import SqliteUsageStore, build_usage_store
 class KeyServices:
     """Built when the app is (the middleware needs the gatekeeper); `start()` loads the keys and starts their
     refreshes, `aclose()` stops them and closes the stores. `redis` is the process's shared connection (None
-    without REDIS_URL)."""
+    without REDIS_URL); `video_key` signs the watch tokens where GATEWAY_WATCH_TOKEN_SECRET is unset."""
 
-    def __init__(self, auth: AuthSettings, usage: UsageSettings, redis: RedisConnection | None) -> None:
+    def __init__(
+        self,
+        auth: AuthSettings,
+        usage: UsageSettings,
+        redis: RedisConnection | None,
+        *,
+        watchers_per_key: int = DEFAULT_PER_KEY,
+        video_key: SecretStr | None = None,
+    ) -> None:
         self.resolver = KeyResolver(
             env_keys(auth.keys()),
             keys_file=auth.keys_file,
@@ -33,7 +45,8 @@ class KeyServices:
             refresh_seconds=auth.keys_refresh_seconds,
         )
         self.limiter: KeyLimiter = RedisKeyLimiter(redis) if redis else LocalKeyLimiter()
-        self.gatekeeper = Gatekeeper(self.resolver, self.limiter)
+        self.gatekeeper = Gatekeeper(self.resolver, self.limiter, KeyWatchers(watchers_per_key))
+        self.watch_tokens = WatchTokens.from_secrets(auth.watch_token_secret, video_key, auth.watch_token_seconds)
         self.admin = KeyAdmin(self.resolver)
         store = build_usage_store(redis, usage.usage_sqlite_path)
         spool = UsageSpool(usage.usage_spool_path, usage.usage_spool_max_records) if redis else None

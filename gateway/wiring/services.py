@@ -19,6 +19,7 @@ from gateway.upstreams.triton_chunker import TritonChunker
 from gateway.upstreams.triton_reranker import TritonReranker
 from gateway.wiring.chat import chat_service
 from gateway.wiring.embeddings import embedding_service
+from gateway.wiring.gpu import gpu_poller, gpu_protection
 from gateway.wiring.keys import KeyServices
 from gateway.wiring.search import search_parts
 from gateway.wiring.video import video_service
@@ -42,12 +43,15 @@ async def open_services(
 ) -> AsyncIterator[Services]:
     """Each feature from its settings groups; closed in the reverse order on exit."""
     async with AsyncExitStack() as stack:
+        gpu = gpu_protection(settings.gpu, settings.triton, embedder)
         embeddings, triton, client = await stack.enter_async_context(
-            embedding_service(settings.triton, settings.cache, settings.limits, redis, embedder)
+            embedding_service(settings.triton, settings.cache, settings.limits, redis, embedder, gpu)
         )
+        if gpu is not None and client is not None:
+            await stack.enter_async_context(gpu_poller(settings.gpu, gpu, client))
         reranker = None if client is None else TritonReranker(client, settings.triton)
         chunker = None if client is None else TritonChunker(client, settings.triton)
-        rerank = RerankService(reranker, settings.limits, settings.triton.reranker_model)
+        rerank = RerankService(reranker, settings.limits, settings.triton.reranker_model, gpu)
         chat = await stack.enter_async_context(
             chat_service(settings.chat, settings.cache, settings.semantic, settings.limits, embeddings, redis)
         )
@@ -60,7 +64,7 @@ async def open_services(
         yield Services(
             embeddings=BilledEmbeddings(embeddings, keys.usage),
             chat=BilledChat(chat, keys.gatekeeper, keys.usage),
-            video=BilledVideo(video, keys.gatekeeper, keys.usage, settings.video.model_path),
+            video=BilledVideo(video, keys.gatekeeper, keys.usage, settings.video.model_path, keys.watch_tokens),
             search=BilledSearch(store, embeddings, settings.limits, keys.usage, jobs, rerank, chunks),
             rerank=BilledRerank(rerank, keys.usage),
             models=ModelsService(

@@ -36,8 +36,9 @@ NAMED_LIKE_SECRETS = {"GATEWAY_KEYS_FILE", "GATEWAY_KEYS_REFRESH_SECONDS", "GATE
 # GATEWAY_PUBLIC_URL is rendered only when the ingress (or gateway.config) gives the gateway a public address.
 UNSET_BY_DEFAULT = {"OTEL_EXPORTER_OTLP_ENDPOINT", "CHAT_TOKENS_PER_MINUTE", "GATEWAY_PUBLIC_URL"}
 # Set by the chart only where they apply: the keys file with gateway.keys, the SQLite files without Redis,
-# search's store settings with search.enabled.
+# search's store settings with search.enabled, the GPU metrics on GPUs.
 SET_WHERE_THEY_APPLY = {
+    "GPU_METRICS_URLS",
     "GATEWAY_KEYS_FILE",
     "GATEWAY_KEYS_SQLITE_PATH",
     "GATEWAY_USAGE_SQLITE_PATH",
@@ -531,6 +532,10 @@ def test_grafana_dashboard_shows_the_signals() -> None:
         "gateway_video_task_duration_seconds_bucket",
         "gateway_video_callbacks_total",
         "gateway_video_polls_total",
+        "gateway_gpu_state{",
+        "gateway_gpu_memory_used_ratio",
+        "gateway_triton_in_flight_limit",
+        "gateway_gpu_refusals_total",
     ):
         assert metric in exprs, metric
 

@@ -21,6 +21,7 @@ KUBE_DNS = {
 NODE_LOCAL_DNS = {"ipBlock": {"cidr": "169.254.20.10/32"}}
 ANYWHERE = [{"ipBlock": {"cidr": "0.0.0.0/0"}}]
 DNS_PORTS = {(53, "UDP"), (53, "TCP")}
+TRITON_PORTS = frozenset({8001, 8002})  # gRPC, and the metrics the GPU policy reads
 # The ingress needs keys (the chart refuses an open gateway behind it).
 WITH_KEYS = ("--set", "gateway.secrets.GATEWAY_API_KEYS=k")
 EXTERNAL_REDIS = ("--set", "redis.enabled=false")
@@ -84,7 +85,7 @@ def test_default_lets_the_namespace_in_and_each_component_out_only_where_it_call
     assert clients_from(gateway) == [SAME_NAMESPACE], "ingress off: in-cluster clients only, no ingress controller"
     assert egress_by_port(gateway) == {
         frozenset({53}): [KUBE_DNS, NODE_LOCAL_DNS],
-        frozenset({8001}): [component_peer("triton")],
+        TRITON_PORTS: [component_peer("triton")],
         frozenset({6379}): [component_peer("redis")],
         frozenset({443}): ANYWHERE,  # TokenHub, fal's queue, Platform API and JWKS: all https
     }
@@ -160,7 +161,7 @@ def test_external_redis_port_comes_from_its_url(url: str, port: int) -> None:
     assert "redis" not in found, "no bundled Redis, no policy for it"
     egress = egress_by_port(found["gateway"])
     assert egress[frozenset({port})] is None, "networkPolicy.externalTo is empty: any address on that port"
-    assert set(egress) == {frozenset({53}), frozenset({8001}), frozenset({port}), frozenset({443})}
+    assert set(egress) == {frozenset({53}), TRITON_PORTS, frozenset({port}), frozenset({443})}
 
 
 def test_external_redis_in_a_secret_uses_the_fallback_port_and_external_to() -> None:
@@ -178,7 +179,7 @@ def test_external_redis_in_a_secret_uses_the_fallback_port_and_external_to() -> 
 
 def test_no_redis_no_redis_egress() -> None:
     found = policies(*EXTERNAL_REDIS, "--set", "gateway.replicaCount=1", "--set", "gateway.autoscaling.enabled=false")
-    assert set(egress_by_port(found["gateway"])) == {frozenset({53}), frozenset({8001}), frozenset({443})}
+    assert set(egress_by_port(found["gateway"])) == {frozenset({53}), TRITON_PORTS, frozenset({443})}
 
 
 @pytest.mark.parametrize(

@@ -215,8 +215,9 @@ def test_gateway_network_policy_in_from_the_namespace_out_to_what_it_calls() -> 
     (clients,) = [r for r in rules["ingress"] if "grpc" in ports_of(r)]
     assert clients["from"] == [{"podSelector": {}}], "ingress off: the release's namespace, no ingress controller"
     egress = {frozenset(ports_of(r)): r for r in rules["egress"]}
-    assert set(egress) == {frozenset({53}), frozenset({8001}), frozenset({6379}), frozenset({443})}
-    assert egress[frozenset({8001})]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "triton"
+    triton = frozenset({8001, 8002})  # gRPC, and the metrics the GPU policy reads
+    assert set(egress) == {frozenset({53}), triton, frozenset({6379}), frozenset({443})}
+    assert egress[triton]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "triton"
     assert egress[frozenset({6379})]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "redis"
 
 
@@ -247,7 +248,7 @@ def test_gateway_egress_to_milvus_and_an_external_redis() -> None:
     egress = by_name(manifests, "NetworkPolicy", "gateway")["spec"]["egress"]
     assert {frozenset(ports_of(r)) for r in egress} == {
         frozenset({53}),
-        frozenset({8001}),
+        frozenset({8001, 8002}),
         frozenset({6379}),
         frozenset({19531}),
         frozenset({443}),
@@ -256,7 +257,7 @@ def test_gateway_egress_to_milvus_and_an_external_redis() -> None:
 
 def test_triton_accepts_only_grpc_from_the_gateway() -> None:
     for rule in policy_rules("default", "triton")["ingress"]:
-        assert "http" not in ports_of(rule), "the gateway uses 8001 only"
+        assert "http" not in ports_of(rule), "the gateway uses 8001 (and 8002, the metrics) only"
 
 
 def test_search_with_milvus_gets_its_uri_and_token_from_a_secret() -> None:

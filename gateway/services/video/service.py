@@ -25,7 +25,7 @@ from gateway.services.video.reaper import VideoReaper
 from gateway.services.video.submitter import VideoSubmitter
 from gateway.tasks.base import TaskStoreError
 from gateway.tasks.model import Task, TaskError, TaskState
-from gateway.tasks.watch import watch
+from gateway.tasks.watch import resumed, watch
 from gateway.upstreams.fal import KEY_ENV, VideoNotConfiguredError, result_urls, text_to_video_arguments
 from gateway.upstreams.webhooks import WebhookRefusals, WebhookSignatureError, WebhookUrls
 
@@ -115,9 +115,11 @@ class VideoService:
             self._reaper.cancel_upstream(task)
         return task
 
-    async def watch(self, task_id: str) -> AsyncGenerator[Task, None]:
-        """The task now and at each visible change, ending with its final state. Raises 404 up front."""
-        return await watch(partial(self._ledger.get, task_id), partial(self._ledger.changes, task_id), _visible)
+    async def watch(self, task_id: str, after: int | None = None) -> AsyncGenerator[Task, None]:
+        """The task now and at each visible change, ending with its final state; with `after` (a version the client
+        saw), only the versions past it (a reconnect). Raises 404 up front."""
+        changes = await watch(partial(self._ledger.get, task_id), partial(self._ledger.changes, task_id), _visible)
+        return changes if after is None else resumed(changes, after)
 
     async def handle_callback(
         self, task_id: str, headers: Mapping[str, str], body: bytes, token: str, attempt: int | None = None

@@ -69,6 +69,19 @@ app.kubernetes.io/part-of: {{ include "ai-stack.name" .ctx }}
 {{- printf "dns:///%s-headless.%s.svc:8001" (include "ai-stack.triton.fullname" .) .Release.Namespace }}
 {{- end }}
 
+{{/* GPU_METRICS_URLS: Triton's metrics port through the headless Service (the gateway reads every pod; none with
+cpuOnly), and the cluster's DCGM exporter with dcgmExporter.enabled. Empty: no GPU policy. */}}
+{{- define "ai-stack.gpu.metricsUrls" -}}
+{{- $urls := list }}
+{{- if not .Values.cpuOnly }}
+{{- $urls = append $urls (printf "http://%s-headless.%s.svc:8002/metrics" (include "ai-stack.triton.fullname" .) .Release.Namespace) }}
+{{- end }}
+{{- if .Values.dcgmExporter.enabled }}
+{{- $urls = append $urls .Values.dcgmExporter.url }}
+{{- end }}
+{{- join "," $urls }}
+{{- end }}
+
 {{/* An image reference from {repository, tag, digest}: `repository@digest` when a digest is given (the tag then
 only names it, as `repository:tag@digest`), else `repository:tag` with the chart's appVersion as the default tag. */}}
 {{- define "ai-stack.imageRef" -}}

@@ -81,8 +81,9 @@ no pod selector matches. With dnsTo empty any address is allowed, node-local one
 {{- end }}
 
 {{/* The gateway's NetworkPolicy, for a default-deny namespace: in from the in-cluster clients and the ingress
-controller (HTTP, gRPC) and the scrapers (HTTP: /metrics); out to DNS, Triton's gRPC port, Redis, Milvus, the OTLP
-collector and the HTTP upstreams, each on the port of its configured URL. */}}
+controller (HTTP, gRPC) and the scrapers (HTTP: /metrics); out to DNS, Triton's gRPC port (and its metrics port for
+the GPU policy, unless cpuOnly), Redis, Milvus, the OTLP collector, the DCGM exporter (dcgmExporter.enabled) and the
+HTTP upstreams, each on the port of its configured URL. */}}
 {{- define "ai-stack.gateway.networkPolicy" -}}
 {{- $np := .Values.networkPolicy }}
 {{- $selector := include "ai-stack.selectorLabels" (dict "ctx" $ "component" "gateway") }}
@@ -129,6 +130,10 @@ spec:
       ports:
         - port: 8001
           protocol: TCP
+        {{- if not .Values.cpuOnly }}
+        - port: 8002
+          protocol: TCP
+        {{- end }}
     {{- if .Values.redis.enabled }}
     - to:
         - podSelector:
@@ -151,6 +156,10 @@ spec:
     {{- /* The gRPC exporter passes only host[:port] on; gRPC dials 443 when there is no port. */}}
     {{- $port := include "ai-stack.networkPolicy.urlPort" (dict "url" . "default" "443") }}
     {{- include "ai-stack.networkPolicy.egressRule" (dict "to" $np.externalTo "ports" (list $port)) | nindent 4 }}
+    {{- end }}
+    {{- if .Values.dcgmExporter.enabled }}
+    {{- $port := include "ai-stack.networkPolicy.urlPort" (dict "url" .Values.dcgmExporter.url "default" "80" "defaults" (dict "https" "443")) }}
+    {{- include "ai-stack.networkPolicy.egressRule" (dict "to" .Values.dcgmExporter.networkPolicyPeers "ports" (list $port)) | nindent 4 }}
     {{- end }}
     {{- with include "ai-stack.networkPolicy.upstreamPorts" . | fromJsonArray }}
     {{- include "ai-stack.networkPolicy.egressRule" (dict "to" $np.httpsTo "ports" .) | nindent 4 }}

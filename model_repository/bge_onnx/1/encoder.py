@@ -54,7 +54,7 @@ def plan_session(
     threads = int(params.get("intra_op_threads", "0")) or max(1, cores // parallel)
     spin = params.get("allow_spinning", "false").lower() in ("1", "true", "yes")
     if kind == "GPU":
-        cuda = ("CUDAExecutionProvider", {"device_id": str(device_id)})
+        cuda = ("CUDAExecutionProvider", {"device_id": str(device_id), **arena_options(params)})
         if params.get("gpu_execution_provider", "cuda") == "tensorrt":
             tensorrt = (
                 "TensorrtExecutionProvider",
@@ -72,6 +72,12 @@ def plan_session(
         raise ValueError(f"cpu_precision must be one of {sorted(CPU_FILES)}, got {precision!r}")
     cpu = [("CPUExecutionProvider", {})]
     return SessionPlan(CPU_FILES[precision], cpu, threads, spin, parallel, CPU_DISABLED_OPTIMIZERS)
+
+
+def arena_options(params: dict[str, str]) -> dict[str, str]:
+    """The CUDA provider's memory arena as the export configures it: capped (`gpu_mem_limit`, bytes) and grown by what
+    a run asks for (`arena_extend_strategy`), so that a model never holds more of the GPU than its budget."""
+    return {key: params[key] for key in ("gpu_mem_limit", "arena_extend_strategy") if params.get(key)}
 
 
 def cores_per_instance(cpu_instances: int) -> int:

@@ -372,7 +372,11 @@ async def test_quick_run_measures_the_gateway_and_triton(tmp_path: Path, minilm_
         else:
             assert 0 < extra["triton_calls_per_text"] <= (1 if system == GATEWAY_1 else 1 / 32)
         assert extra["model_batch"] >= 1 and 0 < extra["model_busy_percent"] <= 105 and extra["model_queue_ms"] >= 0
-    assert len(result.targets) == 6
+    assert len(result.targets) == 9
+    # The overload step: every request at 4 x the capacity answered or refused, none failed or timed out.
+    assert any(note.startswith("overload: ") for note in result.notes)
+    waited = next(t for t in result.targets if "waited out their deadline" in t.name)
+    assert waited.met, waited.measured
     for system in [*ceiling_systems(), *arrival_systems()]:
         assert any(p["system"] == system for p in written["points"]), f"{system} missing"
     assert any(note.startswith("tokenizer stage, CPU per text") for note in result.notes)

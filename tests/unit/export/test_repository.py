@@ -116,3 +116,14 @@ def test_the_query_instruction_is_a_parameter_of_the_ensemble_only_when_there_is
     instructed = ServedModel(minilm.name, minilm.revision, 384, DEFAULT_MAX_LENGTH, query_instruction="query: ")
     config = parse(rendered_configs(instructed)["bge/config.pbtxt"])
     assert config.parameters["query_instruction"].string_value == "query: "
+
+
+def test_every_gpu_config_caps_onnx_runtimes_cuda_arena(minilm: Checkpoint) -> None:
+    """The arena keeps what it grew to: capped, the GPU policy has a budget to judge memory against."""
+    configs = rendered_configs(default_model(minilm))
+    native = parse(configs["bge_onnx/configs/onnxruntime_gpu.pbtxt"]).parameters
+    assert native["gpu_mem_limit"].string_value == str(8 << 30)
+    assert native["arena_extend_strategy"].string_value == "1"  # kSameAsRequested, as the native backend reads it
+    python_backend = parse(configs["bge_onnx/config.pbtxt"]).parameters
+    assert python_backend["gpu_mem_limit"].string_value == str(8 << 30)
+    assert python_backend["arena_extend_strategy"].string_value == "kSameAsRequested"

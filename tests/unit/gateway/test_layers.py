@@ -22,6 +22,7 @@ ABOVE: dict[str, set[str]] = {
     "usage": {"services", "billing", *TRANSPORTS, *COMPOSITION},
     "services": {"billing", *TRANSPORTS, *COMPOSITION},
     "billing": {*TRANSPORTS, *COMPOSITION},
+    "gpu": {"services", "billing", "keys", "usage", *TRANSPORTS, *COMPOSITION},  # the services consult the GPU policy
     "routes": {*STORAGE, *COMPOSITION},
     "grpc": {*STORAGE, *COMPOSITION},
     **{package: {"services", "billing", "keys", "usage", *TRANSPORTS, *COMPOSITION} for package in STORAGE},

@@ -41,3 +41,14 @@ async def test_an_unexpected_failure_is_an_internal_error_event_with_no_done() -
     texts = await collect(sse.encode_batches(failing()))
     assert len(texts) == 2 and sse.DONE not in texts
     assert json.loads(texts[1].removeprefix("data: "))["error"]["message"] == "internal error"
+
+
+async def test_identified_events_carry_their_ids_and_an_error_still_ends_the_stream() -> None:
+    async def events() -> AsyncGenerator[tuple[int | str, str], None]:
+        yield 3, '{"n":1}'
+        yield 5, '{"n":2}'
+        raise UpstreamUnavailableError("task store unavailable")
+
+    texts = await collect(sse.encode_identified(events()))
+    assert texts[:2] == ['id: 3\ndata: {"n":1}\n\n', 'id: 5\ndata: {"n":2}\n\n'] and sse.DONE not in texts
+    assert json.loads(texts[2].removeprefix("data: "))["error"]["message"] == "task store unavailable"

@@ -204,3 +204,12 @@ def test_encode_by_length_gives_each_worker_several_pieces(pieces_per_worker: in
         (parallel,) = encoder.encode_by_length(run, [ids], [mask], 1.15, executor, 2, pieces_per_worker)
     assert len(sizes) >= 2 * pieces_per_worker and max(sizes) <= rows // (2 * pieces_per_worker)
     assert sum(sizes) == rows and parallel[:, 0].tolist() == ids[:, 0].tolist()
+
+
+def test_gpu_instances_cap_the_cuda_memory_arena_as_the_export_configures_it() -> None:
+    params = {"gpu_mem_limit": "8589934592", "arena_extend_strategy": "kSameAsRequested"}
+    cuda = encoder.plan_session("GPU", 0, params, "/tmp/trt")
+    assert cuda.providers == [("CUDAExecutionProvider", {"device_id": "0", **params})]
+    trt = encoder.plan_session("GPU", 0, {**params, "gpu_execution_provider": "tensorrt"}, "/tmp/trt")
+    assert trt.providers[1] == ("CUDAExecutionProvider", {"device_id": "0", **params})
+    assert encoder.plan_session("CPU", 0, params, "").providers == [("CPUExecutionProvider", {})]
