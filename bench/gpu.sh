@@ -6,6 +6,11 @@
 #
 #   bench/gpu.sh [RUNS]        RUNS: runs per measurement, medians reported (default 3)
 #   MODEL=BAAI/bge-large-zh-v1.5 bench/gpu.sh    another checkpoint (hub id or directory), as `make export`
+#
+# It needs a package index (`make setup`) and a model hub or the checkpoint on disk. On a GPU machine with neither
+# (a lent one: its own Python 3.12 and PyTorch, no network, little carried per call), run the GPU check instead:
+# bench/gpu_check/run.sh, with the wheels bench/gpu_check/carry.sh packs (docs/benchmarks.md, "The GPU check on
+# a lent machine").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-3}"
@@ -22,4 +27,5 @@ make setup
 .venv/bin/python -c 'import onnxruntime as o, sys; sys.exit("CUDAExecutionProvider" not in o.get_available_providers())' \
   || { echo "bench/gpu.sh: onnxruntime-gpu has no CUDA provider here (CUDA/cuDNN libraries?)" >&2; exit 3; }
 make export ${MODEL:+MODEL="$MODEL"}
+.venv/bin/python -m bench.gpu_readings  # what the gateway's GPU policy reads from live Triton and DCGM endpoints
 exec .venv/bin/python -m bench gpu --runs "$runs"

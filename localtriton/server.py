@@ -10,6 +10,7 @@ ready and stops it.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -41,12 +42,22 @@ class TritonStartError(RuntimeError):
 
 
 def _pytriton_paths() -> tuple[Path, Path, Path]:
-    """(server distribution folder, shared libraries folder, stub for this Python)."""
-    from pytriton.utils.distribution import get_libs_path, get_root_module_path, get_stub_path
+    """(server distribution folder, shared libraries folder, stub for this Python).
 
+    Found without importing `pytriton`, whose package imports its own client (gevent, zmq, tritonclient's HTTP
+    client): the server needs none of them, and a machine given only the wheel's files (`pip install --target`,
+    as the GPU check does on a machine without network) has none of them."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("No module named 'pytriton': install nvidia-pytriton, which ships tritonserver")
+    root = Path(next(iter(spec.submodule_search_locations)))
+    # A wheel keeps the server's libraries beside the package, a source checkout (editable install) under it.
+    libs = root.parent / "nvidia_pytriton.libs"
+    if not libs.is_dir():
+        libs = root / "tritonserver" / "external_libs"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    dist = Path(get_root_module_path()) / "tritonserver"
-    return dist, Path(get_libs_path()), Path(get_stub_path(version))
+    dist = root / "tritonserver"
+    return dist, libs, dist / "python_backend_stubs" / version / "triton_python_backend_stub"
 
 
 def prepare_distribution(dest: Path) -> Path:
