@@ -189,20 +189,20 @@ def test_limits_must_be_positive() -> None:
 
 
 async def test_texts_that_would_wait_past_the_queue_bound_are_refused_at_once() -> None:
-    inner = SlowEmbedder(seconds=0.5)  # each call 0.5 s whatever its size: one text learns 0.5 s per text
-    embedder = CoalescingEmbedder(inner, max_in_flight=1, max_queue_seconds=1.2, pace=EncoderPace(weight=1.0))
+    inner = SlowEmbedder(seconds=0.1)  # each call 0.1 s whatever its size: one text learns 0.1 s per text
+    embedder = CoalescingEmbedder(inner, max_in_flight=1, max_queue_seconds=0.24, pace=EncoderPace(weight=1.0))
     await embedder.embed(["a"])
     first = asyncio.create_task(embedder.embed(["b"]))  # goes at once
     await asyncio.sleep(0)
     overlapping = asyncio.create_task(embedder.embed(["c"]))  # as many waiting as running: goes beside it
     await asyncio.sleep(0)
-    queued = asyncio.create_task(embedder.embed(["d"]))  # about 1 s of encoding ahead: waits
+    queued = asyncio.create_task(embedder.embed(["d"]))  # about 0.2 s of encoding ahead: waits
     await asyncio.sleep(0)
-    assert embedder.wait_ahead() == pytest.approx(1.5, abs=0.05)
-    with pytest.raises(EmbeddingQueueFullError) as refused:  # 1.5 s ahead of it: refused with no call made
+    assert embedder.wait_ahead() == pytest.approx(0.3, abs=0.02)
+    with pytest.raises(EmbeddingQueueFullError) as refused:  # 0.3 s ahead of it: refused with no call made
         await embedder.embed(["e"])
     assert (refused.value.status_code, refused.value.code) == (429, "overloaded")
-    assert refused.value.headers == {"Retry-After": "2"}
+    assert refused.value.headers == {"Retry-After": "1"}
     assert [r.vectors[0, 0] for r in await asyncio.gather(first, overlapping, queued)] == [1.0, 1.0, 1.0]
     assert ["e"] not in inner.calls
     assert (await embedder.embed(["f"])).vectors[0, 0] == 1.0  # the queue drained: served again
