@@ -35,13 +35,21 @@ BATCHES_IN_FLIGHT = (1, 4)
 QUICK_TEXTS = 256
 
 
-def gpu_unavailable() -> str | None:
-    """Why the GPU part cannot run here, or None."""
+def nvidia_gpu_missing() -> str | None:
+    """Why this machine has no usable NVIDIA GPU, or None."""
     if shutil.which("nvidia-smi") is None:
         return "no NVIDIA GPU on this machine (nvidia-smi not found)"
     probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
     if probe.returncode != 0 or "GPU" not in probe.stdout:
         return f"no usable NVIDIA GPU (nvidia-smi -L: {(probe.stderr or probe.stdout).strip()[:200]})"
+    return None
+
+
+def gpu_unavailable() -> str | None:
+    """Why the GPU part cannot run here, or None."""
+    missing = nvidia_gpu_missing()
+    if missing is not None:
+        return missing
     import onnxruntime as ort
 
     if "CUDAExecutionProvider" not in ort.get_available_providers():

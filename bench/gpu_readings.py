@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.gpu import nvidia_gpu_missing
 from bench.stack import REPOSITORY
 from gateway.gpu.metrics_text import GpuReading, merge_by_gpu, parse_readings
 from gateway.gpu.policy import GpuPolicy, Thresholds
@@ -98,15 +98,6 @@ def nvml_lines() -> list[str]:
     return [f"NVML: nvidia-smi could not be queried ({done.stderr.strip()[:200]})"]
 
 
-def gpu_unavailable() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return "no NVIDIA GPU here (nvidia-smi not found)"
-    probe = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-    if probe.returncode != 0 or "GPU" not in probe.stdout:
-        return f"no usable NVIDIA GPU (nvidia-smi -L: {(probe.stderr or probe.stdout).strip()[:200]})"
-    return None
-
-
 @contextmanager
 def gpu_triton(repository: Path, work: Path) -> Iterator[str]:
     """Triton on `repository` with bge_onnx on the GPU and its GPU metrics on (localtriton turns them off); yields
@@ -156,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.url:
         print("\n".join(report(args.url)))
         return 0
-    reason = gpu_unavailable()
+    reason = nvidia_gpu_missing()
     if reason is not None:
         print(f"gpu readings: {reason}; nothing read")
         return 0

@@ -18,7 +18,6 @@ all, in which case the exporter's GPUs govern every call.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from gateway.background import cancel_and_wait
 from gateway.gpu.metrics_text import GpuReading, merge_by_gpu, parse_readings
 from gateway.gpu.protection import ALL, GpuProtection, SeenGpu
 from gateway.settings.gpu import STALE_INTERVALS, GpuSettings
-from gateway.upstreams.triton_endpoints import Resolver, resolve_host
+from gateway.upstreams.triton_endpoints import Resolver, is_ip, resolve_host
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,7 @@ class GpuMetricsPoller:
         """`url` at each address its host resolves to, with that address (an IP host: itself)."""
         parsed = httpx.URL(url)
         host, port = parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
-        if not host or _is_ip(host):
+        if not host or is_ip(host):
             return [(url, host)]
         resolved = await self._resolve(host, port)
         if resolved:
@@ -179,11 +178,3 @@ def scope_of(host: str, tritons: list[str]) -> str:
         return ALL
     matching = [address for address in tritons if address.rpartition(":")[0].strip("[]") == host]
     return matching[0] if len(matching) == 1 else ALL
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

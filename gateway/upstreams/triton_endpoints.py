@@ -74,12 +74,13 @@ class TritonTarget:
         host, _, port = name.rpartition(":")
         if not host or not port.isdigit():
             return cls(addresses=(url,))  # no port: gRPC's resolver and default port, one channel
-        if _is_ip(host.strip("[]")):
+        if is_ip(host.strip("[]")):
             return cls(addresses=(name,))
         return cls(host=host, port=int(port))
 
 
-def _is_ip(host: str) -> bool:
+def is_ip(host: str) -> bool:
+    """Whether `host` is an IP address (unbracketed), not a name to resolve."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
