@@ -16,7 +16,7 @@ def test_without_a_gpu_nothing_is_read_and_the_benchmark_goes_on(
 ) -> None:
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert gpu_readings.main([]) == 0
-    assert "no NVIDIA GPU here" in capsys.readouterr().out
+    assert "no NVIDIA GPU on this machine" in capsys.readouterr().out
 
 
 def test_endpoints_are_read_with_the_gateways_parser(capsys: pytest.CaptureFixture[str]) -> None:
