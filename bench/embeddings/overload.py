@@ -24,9 +24,11 @@ from bench.run_stats import percentile
 FACTOR = 4.0  # offered texts per second over the capacity measured in the same run
 TEXTS_PER_REQUEST = 8
 REFUSED_P99_LIMIT_MS = 10.0
-# TRITON_MAX_QUEUE_SECONDS' default (2 s) of encoding ahead at most, then the request's own call (up to 256
-# texts: 0.43 s on 2 CPU cores), with room for the cores the refusals and the load generator take.
-ANSWERED_P99_LIMIT_MS = 3000.0
+# An answered request waited behind at most TRITON_MAX_QUEUE_SECONDS' default of encoding, then for its own call,
+# which texts queued after it may fill to the model's max batch; the bound is judged at the encoder's pace of the
+# last calls, which trails a slowing encoder: one full call more. Both calls at the capacity measured in the run.
+MAX_QUEUE_SECONDS = 2.0
+FULL_CALL_TEXTS = 256
 DEADLINE_SECONDS = 60.0  # the gateway's request deadline (GATEWAY_REQUEST_TIMEOUT_SECONDS)
 
 
@@ -43,6 +45,10 @@ class Overload:
     def offered(self) -> float:
         return FACTOR * self.capacity
 
+    @property
+    def answered_limit_ms(self) -> float:
+        return (MAX_QUEUE_SECONDS + 2 * FULL_CALL_TEXTS / self.capacity) * 1000
+
     def targets(self) -> list[Target]:
         load = f"uncached, {TEXTS_PER_REQUEST} texts/request, open loop at {FACTOR:g} x capacity"
         answered = percentile(self.answered, 99) * 1000 if self.answered else float("inf")
@@ -50,9 +56,9 @@ class Overload:
         return [
             Target(
                 f"embeddings at {load}: p99 of the answered",
-                f"<= {ANSWERED_P99_LIMIT_MS:g} ms",
+                f"<= TRITON_MAX_QUEUE_SECONDS + 2 calls of {FULL_CALL_TEXTS} texts = {self.answered_limit_ms:.0f} ms",
                 f"{answered:.0f} ms ({len(self.answered)} answered)",
-                answered <= ANSWERED_P99_LIMIT_MS,
+                answered <= self.answered_limit_ms,
             ),
             Target(
                 f"embeddings at {load}: p99 of the refused (429 + Retry-After)",
