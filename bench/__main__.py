@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-infinity", dest="infinity", action="store_false", default=None, help="embeddings")
     parser.add_argument("--data", type=Path, help="caches, search: folder with en/mrpc_test.tsv and zh/lcqmc_test.tsv")
     parser.add_argument("--peers", help="search: stores run after the embedded one, of milvus,chromadb (default both)")
+    parser.add_argument("--scale", type=int, help="search: instead of its steps, its collection against one of SCALE "
+                        "documents (e.g. 1000000; built once, cached under .run/bench-search-scale)")  # fmt: skip
     args = parser.parse_args(argv)
     unknown = sorted(set(args.parts) - set(PARTS))
     if unknown:
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     options = {
         "repository": args.repository, "model": args.model, "infinity": args.infinity, "data": args.data,
-        "peers": args.peers,
+        "peers": args.peers, "scale": args.scale,
     }  # fmt: skip
     run_dir = args.out or RESULTS / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from bench.search.quality import Vectors, unit
 from gateway.search.analyzer import analyze
 
 WRITE_BATCH = 1_000  # documents a store call, the API's maximum per upsert
+NOISE_CHUNK = 100_000  # top-up vectors drawn at once
 
 
 @dataclass
@@ -34,14 +35,20 @@ class TopUp:
     index_s: float = 0.0
 
 
-def filler(plan: Plan, real: Vectors, seed: int = 7) -> TopUp:
-    """`plan.filler_count` unit vectors, the i-th drawn around real vector i mod len(real)."""
-    count = plan.filler_count
+def filler(plan: Plan, real: Vectors, seed: int = 7, texts: Callable[[int], str] | None = None) -> TopUp:
+    """`plan.filler_count` unit vectors, the i-th drawn around real vector i mod len(real), with the texts
+    `texts(i)` (default: `plan.filler_text`). The noise is drawn in chunks (a million vectors' at once would be
+    3 GB of float64), the same draws as in one: a smaller top-up is the first part of a larger one."""
+    count, dimensions = plan.filler_count, real.shape[1]
     rng = np.random.default_rng(seed)
     sigma = float(np.sqrt(1 / FILLER_COSINE**2 - 1))  # noise of norm sigma on a unit vector: cosine 1/sqrt(1+s^2)
-    sources = real[np.arange(count) % len(real)]
-    noise = rng.standard_normal(sources.shape).astype(np.float32) * (sigma / np.sqrt(real.shape[1]))
-    return TopUp(unit(sources + noise), [plan.filler_text(j) for j in range(count)])
+    vectors = np.empty((count, dimensions), dtype=np.float32)
+    for at in range(0, count, NOISE_CHUNK):
+        rows = np.arange(at, min(at + NOISE_CHUNK, count))
+        noise = rng.standard_normal((len(rows), dimensions)).astype(np.float32) * (sigma / np.sqrt(dimensions))
+        vectors[rows] = unit(real[rows % len(real)] + noise)
+    text = texts or plan.filler_text
+    return TopUp(vectors, [text(j) for j in range(count)])
 
 
 def stored_vectors(search_path: Path, ids: Sequence[str]) -> Vectors:

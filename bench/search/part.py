@@ -50,6 +50,7 @@ from bench.search.quality import overlap, quality
 from bench.search.report import Measured, build_result, record_quality
 from bench.search.retrieval import evaluate, report_line, served_gateway
 from bench.search.retrieval_sets import sets_in
+from bench.search.scale import run_scale
 from bench.search.sweep import sweep
 from bench.stack import REPOSITORY, Endpoint, gateway, triton
 
@@ -58,14 +59,24 @@ RETRIEVAL_SETS = ("scifact", "nfcorpus", "lcqmc")  # measured when the data fold
 
 
 async def run(
-    out_dir: Path, *, runs: int = 3, quick: bool = False, data: Path = DEFAULT_DATA, peers: str = ",".join(PEERS)
+    out_dir: Path,
+    *,
+    runs: int = 3,
+    quick: bool = False,
+    data: Path = DEFAULT_DATA,
+    peers: str = ",".join(PEERS),
+    scale: int | None = None,
 ) -> PartResult:
+    """The part; with `scale`, its scale step instead (`scale.py`: the plan's collection against one of `scale`
+    documents), a run of its own."""
     load_at_start = os.getloadavg()[0]
     require_export(REPOSITORY)
     chosen = frozenset(p.strip() for p in peers.split(",") if p.strip())
     if chosen - PEERS:
         raise ValueError(f"unknown peer(s) {', '.join(sorted(chosen - PEERS))}; choose from {', '.join(PEERS)}")
     plan = Plan.make(data, runs=runs, quick=quick, peers=chosen)
+    if scale is not None:
+        return await run_scale(out_dir, plan, scale)
     corpus = plan.corpus
     log_dir = out_dir / "logs" / PART
     store = log_dir / "store"
