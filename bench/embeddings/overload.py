@@ -20,6 +20,7 @@ import orjson
 
 from bench.results import Target
 from bench.run_stats import percentile
+from gateway.settings import TritonSettings
 
 FACTOR = 4.0  # offered texts per second over the capacity measured in the same run
 TEXTS_PER_REQUEST = 8
@@ -27,7 +28,7 @@ REFUSED_P99_LIMIT_MS = 10.0
 # An answered request waited behind at most TRITON_MAX_QUEUE_SECONDS' default of encoding, then for its own call,
 # which texts queued after it may fill to the model's max batch; the bound is judged at the encoder's pace of the
 # last calls, which trails a slowing encoder: one full call more. Both calls at the capacity measured in the run.
-MAX_QUEUE_SECONDS = 2.0
+MAX_QUEUE_SECONDS: float = TritonSettings.model_fields["max_queue_seconds"].default
 FULL_CALL_TEXTS = 256
 DEADLINE_SECONDS = 60.0  # the gateway's request deadline (GATEWAY_REQUEST_TIMEOUT_SECONDS)
 
