@@ -22,6 +22,7 @@ from bench.processes import ServerProcess
 from localtriton.ports import free_port
 
 REPOSITORY = ROOT / "model_repository"
+TRITON_START_SECONDS = 300  # loading every model of the repository on a busy 2-core machine
 
 
 @dataclass
@@ -65,6 +66,22 @@ def gateway(log_dir: Path, env: dict[str, str], name: str = "gateway") -> Endpoi
     server = ServerProcess(name, [sys.executable, "-m", "gateway"], env=settings, log_dir=log_dir)
     base = f"http://127.0.0.1:{http}"
     return Endpoint(server, f"{base}/healthz", base, f"127.0.0.1:{grpc}")
+
+
+def start_triton(log_dir: Path, servers: list[ServerProcess], repository: Path = REPOSITORY) -> Endpoint:
+    """`triton` started, ready, and in `servers` (so `stopped_on_exit(servers)` stops it)."""
+    endpoint = triton(log_dir, repository)
+    servers.append(endpoint.server)
+    endpoint.server.start(endpoint.ready_url, timeout=TRITON_START_SECONDS)
+    return endpoint
+
+
+def start_gateway(log_dir: Path, env: dict[str, str], name: str, servers: list[ServerProcess]) -> Endpoint:
+    """`gateway` started, ready, and in `servers`."""
+    endpoint = gateway(log_dir, env, name)
+    servers.append(endpoint.server)
+    endpoint.server.start(endpoint.ready_url)
+    return endpoint
 
 
 def hunyuan_simulator(log_dir: Path, *args: str) -> Endpoint:

@@ -46,7 +46,7 @@ from bench.processes import ServerProcess, stopped_on_exit
 from bench.progress import PartProgress
 from bench.results import PartResult
 from bench.run_stats import RunStats
-from bench.stack import REPOSITORY, Endpoint, gateway, triton
+from bench.stack import REPOSITORY, Endpoint, gateway, start_triton
 
 log = logging.getLogger("bench.embeddings")
 
@@ -77,9 +77,7 @@ async def run(
     ]
     servers: list[ServerProcess] = []
     with stopped_on_exit(servers):
-        triton_endpoint = triton(log_dir, repository)
-        servers.append(triton_endpoint.server)
-        triton_endpoint.server.start(triton_endpoint.ready_url, timeout=300)
+        triton_endpoint = start_triton(log_dir, servers, repository)
         # The sweep's closed loops measure throughput at saturation (up to 32 requests of 32 texts waiting): its
         # gateway's queue is not bounded, the overload step's gateway (`overload`) has the default bound.
         unbounded = {"TRITON_MAX_QUEUE_SECONDS": "3600"}

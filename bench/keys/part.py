@@ -22,7 +22,7 @@ from bench.keys.servers import start_gateway, write_keys_file
 from bench.processes import ServerProcess, stopped_on_exit
 from bench.progress import PartProgress
 from bench.results import PartResult
-from bench.stack import REPOSITORY, Endpoint, redis_server, triton
+from bench.stack import REPOSITORY, Endpoint, redis_server, start_triton
 from bench.workload import texts as workload_texts
 
 log = logging.getLogger("bench.keys")
@@ -48,9 +48,7 @@ async def run(
     notes: list[str] = []
     servers: list[ServerProcess] = []
     with stopped_on_exit(servers), redis_server(log_dir) as redis_url:
-        triton_endpoint = triton(log_dir, repository)
-        servers.append(triton_endpoint.server)
-        triton_endpoint.server.start(triton_endpoint.ready_url, timeout=300)
+        triton_endpoint = start_triton(log_dir, servers, repository)
         configs = [config for config in CONFIGS if redis_url is not None or not config.redis]
         if redis_url is None:
             notes.append("Redis configurations skipped: no redis-server binary on this machine.")

@@ -52,7 +52,7 @@ from bench.search.retrieval import evaluate, report_line, served_gateway
 from bench.search.retrieval_sets import sets_in
 from bench.search.scale import run_scale
 from bench.search.sweep import sweep
-from bench.stack import REPOSITORY, Endpoint, gateway, triton
+from bench.stack import REPOSITORY, start_gateway, start_triton
 
 log = logging.getLogger("bench.search")
 RETRIEVAL_SETS = ("scifact", "nfcorpus", "lcqmc")  # measured when the data folder holds them
@@ -99,9 +99,7 @@ async def run(
     environment = {"EMBEDDING_CACHE_MB": "0", "SEARCH_PATH": str(store)}
     servers: list[ServerProcess] = []
     with stopped_on_exit(servers):
-        triton_endpoint = triton(log_dir, REPOSITORY)
-        servers.append(triton_endpoint.server)
-        triton_endpoint.server.start(triton_endpoint.ready_url, timeout=300)
+        triton_endpoint = start_triton(log_dir, servers)
         environment["TRITON_URL"] = triton_endpoint.grpc_target
         first = start_gateway(log_dir, environment, "gateway-search", servers)
         await api.create_collection(first.base_url)
@@ -166,10 +164,3 @@ async def run(
                 notes.append(report_line(measured.retrieval[-1]))
                 write()
     return write()
-
-
-def start_gateway(log_dir: Path, environment: dict[str, str], name: str, servers: list[ServerProcess]) -> Endpoint:
-    endpoint = gateway(log_dir, environment, name)
-    servers.append(endpoint.server)
-    endpoint.server.start(endpoint.ready_url)
-    return endpoint

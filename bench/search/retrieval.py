@@ -267,17 +267,12 @@ def served_gateway(out: Path, name: str, repository: Path | None = None) -> Iter
     import tempfile
 
     from bench.processes import ServerProcess, stopped_on_exit
-    from bench.stack import REPOSITORY, gateway, triton
+    from bench.stack import REPOSITORY, start_gateway, start_triton
 
     with tempfile.TemporaryDirectory() as store, stopped_on_exit(servers := list[ServerProcess]()):
-        triton_endpoint = triton(out, repository or REPOSITORY)
-        servers.append(triton_endpoint.server)
-        triton_endpoint.server.start(triton_endpoint.ready_url, timeout=300)
+        triton_endpoint = start_triton(out, servers, repository or REPOSITORY)
         environment = {"EMBEDDING_CACHE_MB": "0", "SEARCH_PATH": store, "TRITON_URL": triton_endpoint.grpc_target}
-        endpoint = gateway(out, environment, name)
-        servers.append(endpoint.server)
-        endpoint.server.start(endpoint.ready_url)
-        yield endpoint.base_url
+        yield start_gateway(out, environment, name, servers).base_url
 
 
 async def main(

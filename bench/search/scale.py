@@ -54,7 +54,7 @@ from bench.search.scale_build import (
 )
 from bench.search.scale_report import LEXICAL_DEPTH, ScaleFigures, build_scale_result, system
 from bench.search.sweep import sweep
-from bench.stack import REPOSITORY, Endpoint, gateway, triton
+from bench.stack import start_gateway, start_triton
 from gateway.search.analyzer import analyze
 from gateway.search.fusion import Fusion
 
@@ -82,9 +82,7 @@ async def run_scale(out_dir: Path, plan: Plan, size: int) -> PartResult:
     environment = {"EMBEDDING_CACHE_MB": "0"}
     servers: list[ServerProcess] = []
     with stopped_on_exit(servers):
-        triton_endpoint = triton(log_dir, REPOSITORY)
-        servers.append(triton_endpoint.server)
-        triton_endpoint.server.start(triton_endpoint.ready_url, timeout=300)
+        triton_endpoint = start_triton(log_dir, servers)
         environment["TRITON_URL"] = triton_endpoint.grpc_target
         for built in await collections(plan, sizes, log_dir, environment, servers):
             figures.builds[built.documents] = built
@@ -92,8 +90,8 @@ async def run_scale(out_dir: Path, plan: Plan, size: int) -> PartResult:
         stored = {d: stored_documents(figures.builds[d].path, document_ids(plan, d)) for d in sizes}
         served = {}
         for documents in sizes:
-            served[documents] = start(log_dir, {**environment, "SEARCH_PATH": str(figures.builds[documents].path)},
-                                      f"gateway-scale-{documents}", servers)  # fmt: skip
+            store = {"SEARCH_PATH": str(figures.builds[documents].path)}
+            served[documents] = start_gateway(log_dir, {**environment, **store}, f"gateway-scale-{documents}", servers)
             figures.memory_at_start[documents] = tree_memory(served[documents].server.pid)
         await quality(figures, plan, {d: e.base_url for d, e in served.items()}, stored)
         write()
@@ -120,7 +118,7 @@ async def collections(
     corpus = plan.corpus
     log.info("scale: collections under %s", folder)
     if not real_ready(base):
-        endpoint = start(log_dir, {**environment, "SEARCH_PATH": str(base)}, "gateway-scale-real", servers)
+        endpoint = start_gateway(log_dir, {**environment, "SEARCH_PATH": str(base)}, "gateway-scale-real", servers)
         await api.create_collection(endpoint.base_url)
         await api.ingest(endpoint.base_url, plan)
         endpoint.server.stop()
@@ -242,10 +240,3 @@ async def answers(
                 hits = (await response.json())["data"]
             found[at] = [(document_index(hit["id"], real), float(hit["score"])) for hit in hits]
     return found
-
-
-def start(log_dir: Path, environment: dict[str, str], name: str, servers: list[ServerProcess]) -> Endpoint:
-    endpoint = gateway(log_dir, environment, name)
-    servers.append(endpoint.server)
-    endpoint.server.start(endpoint.ready_url)
-    return endpoint
