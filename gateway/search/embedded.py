@@ -51,7 +51,6 @@ T = TypeVar("T")
 
 class EmbeddedStore:
     name = "embedded"
-    lexical = True
 
     def __init__(
         self,
@@ -161,6 +160,9 @@ class EmbeddedStore:
         request = points.search_request(vector, top_k, where, min_score)
         async with self._reading(name) as shard:
             return await self._run(points.query, shard, request)
+
+    async def lexical(self, name: str | None = None) -> bool:
+        return True  # Qdrant Edge's full-text index with BM25 scoring, on every collection
 
     async def lexical_search(
         self, name: str, terms: str, top_k: int, where: Filter | None, min_score: float | None

@@ -2,7 +2,8 @@
 
     gateway_collections        the catalog: one row per collection (its record as JSON)
     gw_<name>                  one Milvus collection per collection: id (primary key), vector (HNSW, cosine),
-                               text, metadata (JSON), created_at, updated_at
+                               text, metadata (JSON), created_at, updated_at; on Milvus 2.5 and later, also
+                               terms and their BM25 (`milvus_rows.py`), what lexical search searches
 
 Collection names are encoded for Milvus (`_` -> `_0`, `-` -> `_1`), which keeps them distinct. A document is
 searchable, from every replica, when its upsert returns: each read states its own consistency, from the last
@@ -16,12 +17,14 @@ starts and serves everything else; every call runs on the store's thread pool wi
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import grpc
 from pydantic import SecretStr
-from pymilvus import MilvusClient
+from pymilvus import MilvusClient, MilvusException
 
 from gateway.errors import InvalidRequestError
 from gateway.observability import quiet_pymilvus
@@ -35,12 +38,17 @@ from gateway.search.milvus_flush import QuietFlush
 from gateway.search.milvus_rows import (
     FIELDS,
     MAX_TEXT_BYTES,
+    SPARSE,
+    TERMS,
+    VectorIndex,
+    bounded_terms,
     catalog_schema,
+    dense_params,
     document,
     documents_schema,
     hit,
-    hnsw_index,
     ids_expression,
+    vector_index,
 )
 from gateway.search.store import (
     CollectionExistsError,
@@ -56,7 +64,7 @@ quiet_pymilvus()
 
 T = TypeVar("T")
 CATALOG = "gateway_collections"
-HNSW_EF = 128
+FULL_TEXT_SEARCH = (2, 5)  # the Milvus release that brought the BM25 function
 CATALOG_TTL_SECONDS = 5.0  # how long this replica trusts its copy of a collection's record
 
 
@@ -66,7 +74,6 @@ def milvus_name(name: str) -> str:
 
 class MilvusStore:
     name = "milvus"
-    lexical = False  # the Milvus servers tested here (2.3) have no BM25 and no sparse vectors
 
     def __init__(
         self,
@@ -78,8 +85,12 @@ class MilvusStore:
         redis: str | RedisConnection | None = None,
         flush_after_rows: int = 1000,
         flush_quiet_seconds: float = 5.0,
+        index: VectorIndex = "HNSW",
     ) -> None:
         self._uri = uri
+        self._index = index
+        self._full_text = False  # the server's, known once connected
+        self._lexical: dict[str, bool] = {}  # by Milvus collection: whether it was made with terms and BM25
         self._token = token
         self._timeout = timeout_seconds
         self._threads = StoreThreads(self.name, max_threads)
@@ -94,6 +105,14 @@ class MilvusStore:
 
     async def collection(self, name: str) -> Collection:
         return await self._record(name)
+
+    async def lexical(self, name: str | None = None) -> bool:
+        if name is None:
+            return await self._run(self._has_full_text)
+        target = milvus_name(name)
+        if target not in self._lexical:
+            self._lexical[target] = await self._run(self._has_terms, target)
+        return self._lexical[target]
 
     async def get_collection(self, name: str) -> Collection:
         collection = await self._record(name, fresh=True)
@@ -115,6 +134,7 @@ class MilvusStore:
     async def delete_collection(self, name: str) -> None:
         await self._record(name, fresh=True)
         self._records.pop(name, None)
+        self._lexical.pop(milvus_name(name), None)
         self.flushes.forget(milvus_name(name))
         await self._clock.wrote(CATALOG, await self._run(self._drop, name))
 
@@ -127,8 +147,9 @@ class MilvusStore:
                 )
         await self._record(name)
         target = milvus_name(name)
+        lexical = await self.lexical(name)
         await self._clock.wrote(
-            target, await self._run(self._upsert, target, documents, now, await self._clock.level(target))
+            target, await self._run(self._upsert, target, documents, now, lexical, await self._clock.level(target))
         )
         self.flushes.wrote(target, len(documents))
 
@@ -163,14 +184,16 @@ class MilvusStore:
 
     async def set_index(self, name: str, updates: dict[str, IndexUpdate]) -> None:
         await self._record(name)
-        vectors = {i: u.vector for i, u in updates.items() if u.vector is not None}  # no terms: no lexical index
-        if not vectors:
+        lexical = await self.lexical(name)
+        if not lexical:
+            updates = {i: u for i, u in updates.items() if u.vector is not None}  # the terms have nowhere to go
+        if not updates:
             return
         target = milvus_name(name)
         await self._clock.wrote(
-            target, await self._run(self._set_vectors, target, vectors, await self._clock.level(target))
+            target, await self._run(self._set_index, target, updates, lexical, await self._clock.level(target))
         )
-        self.flushes.wrote(target, len(vectors))
+        self.flushes.wrote(target, len(updates))
 
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
@@ -187,7 +210,14 @@ class MilvusStore:
     async def lexical_search(
         self, name: str, terms: str, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
-        raise LexicalSearchUnavailableError(self.name)
+        await self._record(name)
+        if not await self.lexical(name):
+            raise LexicalSearchUnavailableError(self.name)
+        target = milvus_name(name)
+        expression = to_milvus(where) if where is not None else ""
+        rows = await self._run(self._lexical_search, target, terms, top_k, expression, await self._clock.level(target))
+        hits = [hit(row) for row in rows]
+        return [h for h in hits if min_score is None or h.score >= min_score]
 
     async def ready(self) -> bool:
         try:
@@ -236,12 +266,21 @@ class MilvusStore:
                 client.create_collection(
                     CATALOG,
                     schema=catalog_schema(),
-                    index_params=hnsw_index(client, "vector"),
+                    index_params=vector_index(client, self._index),
                     consistency_level="Strong",
                     timeout=self._timeout,
                 )
+            self._full_text = full_text_search(client, self._timeout)
             self._client = client
         return self._client
+
+    def _has_full_text(self) -> bool:
+        self._connected()
+        return self._full_text
+
+    def _has_terms(self, target: str) -> bool:
+        fields = self._connected().describe_collection(target, timeout=self._timeout)["fields"]
+        return any(field["name"] == SPARSE for field in fields)
 
     def _ping(self) -> None:
         self._connected().has_collection(CATALOG, timeout=self._timeout)
@@ -268,13 +307,15 @@ class MilvusStore:
         target = milvus_name(collection.name)
         if client.has_collection(target, timeout=self._timeout):  # a create or delete cut short
             client.drop_collection(target, timeout=self._timeout)
+        lexical = self._full_text
         client.create_collection(
             target,
-            schema=documents_schema(collection.dimensions),
-            index_params=hnsw_index(client, "vector"),
+            schema=documents_schema(collection.dimensions, lexical),
+            index_params=vector_index(client, self._index, lexical=lexical),
             consistency_level="Strong",  # for other clients: every read of this store states its own
             timeout=self._timeout,
         )
+        self._lexical[target] = lexical
         return self._write_record(collection)
 
     def _write_record(self, collection: Collection) -> int:
@@ -300,7 +341,9 @@ class MilvusStore:
         )
         return list(rows)
 
-    def _upsert(self, target: str, documents: Sequence[DocumentWrite], now: int, level: ReadLevel) -> int:
+    def _upsert(
+        self, target: str, documents: Sequence[DocumentWrite], now: int, lexical: bool, level: ReadLevel
+    ) -> int:
         existing = self._get(target, [d.id for d in documents], ["id", "created_at"], level)
         created = {row["id"]: row["created_at"] for row in existing}
         rows = [
@@ -311,6 +354,7 @@ class MilvusStore:
                 "metadata": d.metadata,
                 "created_at": created.get(d.id, now),
                 "updated_at": now,
+                **({TERMS: bounded_terms(d.terms)} if lexical else {}),
             }
             for d in documents
         ]
@@ -332,10 +376,15 @@ class MilvusStore:
         rows = self._get(target, ids, FIELDS, level)
         return sorted(rows, key=lambda row: str(row["id"]))
 
-    def _set_vectors(self, target: str, vectors: dict[str, Vector], level: ReadLevel) -> int:
-        rows = self._get(target, list(vectors), FIELDS, level)
+    def _set_index(self, target: str, updates: dict[str, IndexUpdate], lexical: bool, level: ReadLevel) -> int:
+        """Each row written again whole (Milvus upserts rows), its vector and terms replaced."""
+        rows = self._get(target, list(updates), [*FIELDS, "vector"], level)
         for row in rows:
-            row["vector"] = vectors[row["id"]].tolist()
+            update = updates[row["id"]]
+            if update.vector is not None:
+                row["vector"] = update.vector.tolist()
+            if lexical:
+                row[TERMS] = bounded_terms(update.terms)
         return int(self._mutations().upsert_rows(target, rows, timeout=self._timeout).timestamp) if rows else 0
 
     def _delete_ids(self, target: str, ids: list[str], level: ReadLevel) -> tuple[int, int]:
@@ -366,8 +415,37 @@ class MilvusStore:
             limit=top_k,
             filter=expression,
             output_fields=FIELDS,
-            search_params={"metric_type": "COSINE", "params": {"ef": max(HNSW_EF, top_k)}},
+            anns_field="vector",
+            search_params=dense_params(self._index, top_k),
             timeout=self._timeout,
             **level.options(),
         )
         return list(results[0]) if results else []
+
+    def _lexical_search(
+        self, target: str, terms: str, top_k: int, expression: str, level: ReadLevel
+    ) -> list[dict[str, Any]]:
+        """Milvus's BM25 over the documents' terms: it analyzes `terms` with the same whitespace tokenizer."""
+        results = self._connected().search(
+            target,
+            data=[terms],
+            limit=top_k,
+            filter=expression,
+            output_fields=FIELDS,
+            anns_field=SPARSE,
+            search_params={"metric_type": "BM25"},
+            timeout=self._timeout,
+            **level.options(),
+        )
+        return list(results[0]) if results else []
+
+
+def full_text_search(client: MilvusClient, timeout: float) -> bool:
+    """Whether the server has the BM25 function (Milvus 2.5 and later). Milvus Lite does not say its version;
+    its releases that speak this client's protocol are built from 2.5 and later."""
+    try:
+        version = client.get_server_version(timeout=timeout)
+    except (MilvusException, grpc.RpcError):  # Milvus Lite answers UNIMPLEMENTED
+        return True
+    found = re.match(r"v?(\d+)\.(\d+)", version)
+    return found is None or (int(found[1]), int(found[2])) >= FULL_TEXT_SEARCH

@@ -28,17 +28,20 @@ class SearchStoreUnavailableError(UpstreamUnavailableError):
 
 
 class LexicalSearchUnavailableError(InvalidRequestError):
-    """A lexical or hybrid search on a store whose engine has no BM25 (Milvus servers before 2.5).
+    """A lexical or hybrid search on a store whose engine has no BM25 (Milvus servers before 2.5), or on a Milvus
+    collection made before the gateway used Milvus's full text search.
 
     Do: client: search with `"mode": "dense"`; operator: use the embedded store, or a Milvus with full text
-    search.
+    search (2.5 or later), and make the collection again there.
     """
 
     code = "lexical_search_unavailable"
 
     def __init__(self, store: str) -> None:
         super().__init__(
-            f'lexical and hybrid search are not available on this gateway\'s {store} store; use "mode": "dense"',
+            f"lexical and hybrid search need a BM25 index, which this collection in the {store} store has not (a "
+            f'Milvus before 2.5, or a collection made before the gateway used its full text search); use "mode": '
+            f'"dense"',
             param="mode",
         )
 
@@ -94,7 +97,11 @@ class VectorStore(Protocol):
     """
 
     name: str  # "embedded" or "milvus", for errors and /readyz
-    lexical: bool  # whether it can hold a lexical index (BM25 over the documents' terms)
+
+    async def lexical(self, name: str | None = None) -> bool:
+        """Whether the store holds a lexical index (BM25 over the documents' terms) for collection `name`, or, with
+        no name, for a collection made now."""
+        ...
 
     async def create_collection(self, collection: Collection) -> None: ...
 

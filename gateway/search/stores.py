@@ -31,6 +31,7 @@ def build_vector_store(settings: SearchSettings, redis: RedisConnection | None =
             redis=redis,
             flush_after_rows=settings.milvus_flush_after_rows,
             flush_quiet_seconds=settings.milvus_flush_quiet_seconds,
+            index=settings.milvus_index,
         )
     return EmbeddedStore(settings.path, max_threads=settings.max_threads)
 

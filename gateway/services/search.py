@@ -193,7 +193,7 @@ class SearchService:
             int(time.time()),
             query_instruction,
             metadata or {},
-            lexical=ANALYZER if store.lexical else None,
+            lexical=ANALYZER if await store.lexical() else None,
             chunking=chunking,
         )
         await store.create_collection(collection)

@@ -78,7 +78,7 @@ class SearchQueries:
         """The request checked already (`check_mode`, `check_rerank`); the collection's lexical index is checked
         here."""
         if mode != "dense":
-            check_lexical(collection, self._store)
+            await check_lexical(collection, self._store)
         depth, kept = (top_k, min_score) if rerank_candidates is None else (rerank_candidates, None)
         result = await self._retrieve(collection, query, mode, fusion, depth, where, kept, use_cache)
         if rerank_candidates is None:
@@ -199,9 +199,9 @@ def retrieval_scores(hit: Hit) -> dict[str, float]:
     return hit.scores if hit.scores is not None else {"retrieval": hit.score}
 
 
-def check_lexical(collection: Collection, store: VectorStore) -> None:
+async def check_lexical(collection: Collection, store: VectorStore) -> None:
     """A lexical or hybrid search needs the collection's terms indexed by this gateway's analyzer."""
-    if not store.lexical:
+    if not await store.lexical(collection.name):
         raise LexicalSearchUnavailableError(store.name)
     if collection.lexical != ANALYZER:
         raise ConflictError(

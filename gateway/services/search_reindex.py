@@ -232,7 +232,7 @@ class ReindexJobs:
             if following is None:
                 break
         model, revision = task.arguments["model"], task.arguments["model_revision"]
-        lexical = ANALYZER if self._store.lexical else None
+        lexical = ANALYZER if await self._store.lexical(name) else None
         finished = dataclasses.replace(
             collection, model=model, model_revision=revision, reindex_task=None, lexical=lexical
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -108,6 +110,11 @@ class SearchSettings(BaseSettings):
         "them. Unset: the embedded store under SEARCH_PATH.",
     )
     milvus_token: SecretStr | None = Field(None, description="Milvus token (user:password or an API key).")
+    milvus_index: Literal["HNSW", "AUTOINDEX"] = Field(
+        "HNSW",
+        description="Milvus: the vector index of the collections made from now on. HNSW (M 16, efConstruction 100, "
+        "searched with ef 128); AUTOINDEX: the server's own choice, what Zilliz Cloud and Milvus Lite accept.",
+    )
     timeout_seconds: float = Field(
         10.0, description="Deadline of one Milvus call; past it search answers 503 instead of piling up requests."
     )

@@ -7,13 +7,20 @@ xz-compressed; they are unpacked once into pytest's cache folder (7 s here) and 
 
 A server can be stopped and started again on its data and ports (`restart`), as a pod with its volume is
 (`bench.milvus_standalone` says what that takes).
+
+Full text search (the BM25 function, Milvus 2.5) is what 2.3.5 lacks, so the lexical path on Milvus runs against
+Milvus Lite 2.5.1 (`milvus_lite_server`): Milvus's own engine (segcore, its BM25 and analyzers) built for one
+process, started here as a server on a free port, as a gateway would reach a Milvus. It accepts no HNSW index
+(`SEARCH_MILVUS_INDEX=AUTOINDEX`) and has no time ticks, which the standalone server covers.
 """
 
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from bench.milvus_standalone import VERSION, milvus_launch
+from localtriton.ports import free_port
 
 
 def unpacked_binaries(cache: Path) -> Path:
@@ -105,5 +113,57 @@ def session_binaries(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempP
 def milvus_server(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Iterator[MilvusStandalone]:
     binaries = session_binaries(pytestconfig, tmp_path_factory)
     server = MilvusStandalone(tmp_path_factory.mktemp("milvus"), binaries).start()
+    yield server
+    server.stop()
+
+
+class MilvusLite:
+    """Milvus Lite's server binary, run directly: the package's Python side is only a launcher (and needs
+    setuptools' `pkg_resources`, which recent setuptools no longer ship)."""
+
+    def __init__(self, directory: Path) -> None:
+        spec = importlib.util.find_spec("milvus_lite")  # finds the package without importing it
+        assert spec is not None and spec.submodule_search_locations, "milvus-lite is a test dependency"
+        self.binaries = Path(spec.submodule_search_locations[0]) / "lib"
+        self.directory = directory
+        self.port = free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> MilvusLite:
+        command = [str(self.binaries / "milvus"), str(self.directory / "lite.db"), f"127.0.0.1:{self.port}", "ERROR"]
+        environment = {**os.environ, "LD_LIBRARY_PATH": str(self.binaries)}
+        with (self.directory / "milvus-lite.log").open("ab") as log:
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=self.directory
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"milvus lite exited; see {self.directory / 'milvus-lite.log'}")
+            with suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"Milvus Lite did not listen within {timeout} s")
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+
+
+@pytest.fixture(scope="session")
+def milvus_lite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusLite]:
+    server = MilvusLite(tmp_path_factory.mktemp("milvus-lite")).start()
     yield server
     server.stop()

@@ -1,6 +1,6 @@
-"""Both vector stores against their real engines: Qdrant Edge in-process, and Milvus standalone (2.3.5). The same
-behaviour is asked of each: CRUD, upsert replaces, every filter operator, the injection case, durability across a
-reopen."""
+"""Both vector stores against their real engines: Qdrant Edge in-process, Milvus standalone (2.3.5), and Milvus
+Lite 2.5.1 for Milvus's full text search. The same behaviour is asked of each: CRUD, upsert replaces, every filter
+operator, the injection case, durability across a reopen, lexical search where the engine has BM25."""
 
 from __future__ import annotations
 
@@ -39,7 +39,12 @@ from gateway.services.search_chunks import ChunkedDocuments
 from gateway.settings import LimitSettings
 from gateway.upstreams.triton import ModelInfo, TritonEmbeddings
 from localtriton.ports import free_port
-from tests.helpers.milvus_fixtures import MilvusStandalone, milvus_server  # noqa: F401 (a fixture)
+from tests.helpers.milvus_fixtures import (  # noqa: F401 (fixtures)
+    MilvusLite,
+    MilvusStandalone,
+    milvus_lite_server,
+    milvus_server,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +69,17 @@ DOCUMENTS = [
 @pytest.fixture(params=["embedded", "milvus"])
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     """Opens stores over the same data: a second one sees what the first wrote (a restart)."""
+    yield from opened_stores(request, tmp_path)
+
+
+@pytest.fixture(params=["embedded", "milvus", "milvus-2.5"])
+def full_text_store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
+    """The same, and a Milvus with full text search (Milvus Lite: its own expression parser, so the filter cases
+    above stay with the standalone server)."""
+    yield from opened_stores(request, tmp_path)
+
+
+def opened_stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     if request.param == "embedded":
         opened: list[VectorStore] = []
 
@@ -72,6 +88,10 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[St
             return opened[-1]
 
         yield embedded
+        return
+    if request.param == "milvus-2.5":
+        lite: MilvusLite = request.getfixturevalue("milvus_lite_server")
+        yield lambda: MilvusStore(lite.uri, None, timeout_seconds=30, index="AUTOINDEX")
         return
     server: MilvusStandalone = request.getfixturevalue("milvus_server")
     redis_url: str = request.getfixturevalue("redis_url")  # replicas (and a restart) share write timestamps there
@@ -82,10 +102,10 @@ def collection(name: str | None = None) -> Collection:
     return Collection(name or f"c-{uuid.uuid4().hex[:8]}", "model", "rev1", DIMENSIONS, 1_700_000_000, None, {"k": 1})
 
 
-async def test_collections_are_created_listed_counted_and_deleted(store_factory: StoreFactory) -> None:
+async def test_collections_are_created_listed_counted_and_deleted(full_text_store_factory: StoreFactory) -> None:
     created = collection()
 
-    async with aclosing(store_factory()) as store:
+    async with aclosing(full_text_store_factory()) as store:
         await store.create_collection(created)
         with pytest.raises(CollectionExistsError):
             await store.create_collection(created)
@@ -100,13 +120,13 @@ async def test_collections_are_created_listed_counted_and_deleted(store_factory:
         assert created.name not in [c.name for c in await store.list_collections()]
 
 
-async def test_lexical_search_where_the_engine_has_bm25(store_factory: StoreFactory) -> None:
+async def test_lexical_search_where_the_engine_has_bm25(full_text_store_factory: StoreFactory) -> None:
     """BM25 over the terms, with filters and min_score, a survivor of a reopen; refused where the engine has none."""
     created = collection()
-    async with aclosing(store_factory()) as store:
+    async with aclosing(full_text_store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, DOCUMENTS, now=100)
-        if not store.lexical:
+        if not await store.lexical():
             with pytest.raises(LexicalSearchUnavailableError):
                 await store.lexical_search(created.name, "alpha", 5, None, None)
             return
@@ -118,8 +138,39 @@ async def test_lexical_search_where_the_engine_has_bm25(store_factory: StoreFact
         assert [h.id for h in chinese] == ["e", "a"]
         above = await store.lexical_search(created.name, "alpha beta", 5, None, hits[1].score + 1e-6)
         assert [h.id for h in above] == ["e"]
-    async with aclosing(store_factory()) as store:  # reopened: the index is on disk; the shorter document first
+    async with aclosing(full_text_store_factory()) as store:  # reopened: the index is on disk; shorter document first
         assert [h.id for h in await store.lexical_search(created.name, "beta", 5, None, None)] == ["b", "e"]
+
+
+async def test_both_stores_score_bm25_alike(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """One analyzer, the engines' own BM25 with the same k1 and b: a query ranks and scores the same documents the
+    same in the embedded store and in a Milvus with full text search, Chinese and English alike."""
+    texts = [
+        "How do I reset the password of my account?",
+        "Passwords are reset from the account page, under security.",
+        "Stores open at nine and close at six.",
+        "如何重置我的账户密码？",
+        "在账户页面的安全设置中可以重置密码。",
+        "商店早上九点开门。",
+        "密码 password 重置 reset",
+    ]
+    writes = [DocumentWrite(f"t{n}", text, {}, unit(n), analyze(text)) for n, text in enumerate(texts)]
+    created = collection()
+    lite: MilvusLite = request.getfixturevalue("milvus_lite_server")
+    stores = [EmbeddedStore(tmp_path / "search"), MilvusStore(lite.uri, None, index="AUTOINDEX")]
+    found = []
+    for store in stores:
+        async with aclosing(store):
+            await store.create_collection(created)
+            await store.upsert(created.name, writes, now=1)
+            found.append([await store.lexical_search(created.name, analyze(q), 7, None, None) for q in QUERIES])
+    for embedded_hits, milvus_hits in zip(*found, strict=True):
+        assert embedded_hits, "every query matches something"
+        assert [h.id for h in embedded_hits] == [h.id for h in milvus_hits]
+        assert [h.score for h in embedded_hits] == pytest.approx([h.score for h in milvus_hits], rel=1e-3)
+
+
+QUERIES = ["reset my password", "账户密码", "密码重置", "stores open", "九点"]
 
 
 async def test_upsert_replaces_and_keeps_created_at(store_factory: StoreFactory) -> None:
@@ -146,11 +197,11 @@ async def test_upsert_replaces_and_keeps_created_at(store_factory: StoreFactory)
 
 
 async def test_a_reindex_walks_every_document_replaces_vectors_and_rewrites_the_record(
-    store_factory: StoreFactory,
+    full_text_store_factory: StoreFactory,
 ) -> None:
     created = collection()
 
-    async with aclosing(store_factory()) as store:
+    async with aclosing(full_text_store_factory()) as store:
         await store.create_collection(created)
         await store.upsert(created.name, DOCUMENTS, now=100)
         seen: list[str] = []
@@ -165,7 +216,7 @@ async def test_a_reindex_walks_every_document_replaces_vectors_and_rewrites_the_
         hits = await store.search(created.name, unit(9), 1, None, None)
         assert (hits[0].id, round(hits[0].score, 4)) == ("a", 1.0)
         assert [h.id for h in (await store.search(created.name, unit(2), 1, None, None))] == ["b"]  # kept
-        if store.lexical:
+        if await store.lexical(created.name):
             assert [h.id for h in await store.lexical_search(created.name, "omega", 5, None, None)] == ["a"]
             assert await store.lexical_search(created.name, "alpha", 5, None, None) == []
         (document,) = await store.get_documents(created.name, ["a"])
@@ -178,7 +229,7 @@ async def test_a_reindex_walks_every_document_replaces_vectors_and_rewrites_the_
         with pytest.raises(CollectionNotFoundError):
             await store.update_collection(collection())
 
-    async with aclosing(store_factory()) as store:
+    async with aclosing(full_text_store_factory()) as store:
         record = await store.get_collection(created.name)
         assert (record.model_revision, record.reindex_task, record.documents) == ("rev2", "reindex_1", 4)
 
