@@ -1,5 +1,6 @@
 """Search by words and by both: lexical (BM25 over the analyzer's terms) and hybrid (dense and lexical fused)
-through the REST and gRPC APIs, on a real gateway, real Triton and the embedded store; English and Chinese."""
+through the REST and gRPC APIs, on a real gateway, real Triton and the embedded store (the first two tests on a
+Milvus with full text search too: Milvus Lite 2.5.1's engine); English and Chinese."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import httpx
 import pytest
 
 from gateway.grpc.pb.gateway.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.settings import SearchSettings
 from localtriton.server import TritonProcess
 from tests.helpers.checkout import ROOT
+from tests.helpers.milvus_fixtures import MilvusLite, milvus_lite_server  # noqa: F401 (a fixture)
 from tests.helpers.running_gateway import RunningGateway
 from tests.integration.gateway.test_search_rest import create, search, upsert
 
@@ -40,14 +43,27 @@ def ids(response: httpx.Response) -> list[str]:
 
 @pytest.fixture
 def gateway(
-    triton: TritonProcess, gateway_factory: Callable[..., RunningGateway], http: httpx.Client
+    request: pytest.FixtureRequest,
+    triton: TritonProcess,
+    gateway_factory: Callable[..., RunningGateway],
+    http: httpx.Client,
 ) -> RunningGateway:
-    running = gateway_factory(triton.grpc_url)
+    """On the embedded store, or (parametrized "milvus-2.5") on Milvus Lite, shared by the session."""
+    if getattr(request, "param", "embedded") == "milvus-2.5":
+        lite: MilvusLite = request.getfixturevalue("milvus_lite_server")
+        running = gateway_factory(triton.grpc_url, search=SearchSettings(milvus_uri=lite.uri, milvus_index="AUTOINDEX"))
+        http.delete(f"{running.base_url}/v1/collections/kb")  # an earlier test's
+    else:
+        running = gateway_factory(triton.grpc_url)
     create(http, running, "kb")
     assert upsert(http, running, "kb", DOCUMENTS).status_code == 200
     return running
 
 
+STORES = pytest.mark.parametrize("gateway", ["embedded", "milvus-2.5"], indirect=True)
+
+
+@STORES
 def test_each_mode_finds_what_it_is_for_and_says_which_score_it_carries(
     gateway: RunningGateway, http: httpx.Client
 ) -> None:
@@ -74,6 +90,7 @@ def test_each_mode_finds_what_it_is_for_and_says_which_score_it_carries(
     assert scores == sorted(scores, reverse=True) and scores[0] <= 2  # each list's best scales to 1
 
 
+@STORES
 def test_filters_top_k_and_min_score_work_in_every_mode(gateway: RunningGateway, http: httpx.Client) -> None:
     for mode in ("dense", "lexical", "hybrid"):
         chinese = search(http, gateway, "kb", query="GPU 服务器 天气", mode=mode, filter={"lang": "zh"}, top_k=10)
