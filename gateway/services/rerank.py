@@ -77,8 +77,7 @@ class RerankService:
             raise NotFoundError(
                 f"model {model!r} is not served here; use {info.name!r} or {RERANKER_ALIAS!r}", param="model"
             )
-        if self._gpu is not None:
-            self._gpu.refuse_bulk("rerank", len(documents))
+        self.admit(len(documents))
         scored = await reranker.rerank(query, list(documents))
         ranked = sorted(range(len(documents)), key=lambda i: -float(scored.scores[i]))[:top_n]
         return RerankResult(
@@ -87,6 +86,13 @@ class RerankService:
             len(documents),
             info.name,
         )
+
+    def admit(self, documents: int) -> None:
+        """Refuse a rerank of `documents` before any work for it (a search's retrieval included): no reranker is
+        served, or every Triton's GPU is short of memory."""
+        self._served()
+        if self._gpu is not None:
+            self._gpu.refuse_bulk("rerank", documents)
 
     def _served(self) -> Reranker:
         if self._reranker is None:

@@ -140,7 +140,6 @@ class SearchService:
         self._embeddings = embeddings
         self._limits = limits
         self._jobs = jobs
-        self._reranker = reranker
         self._chunked = chunks
         self._queries = None if store is None else SearchQueries(store, embeddings, reranker, chunks)
 

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Literal
 
 from gateway.errors import ConflictError, InvalidRequestError
-from gateway.search.analyzer import ANALYZER, analyze
+from gateway.search.analyzer import ANALYZER
 from gateway.search.documents import Collection, Hit
 from gateway.search.filters import Filter
 from gateway.search.fusion import Fusion, fuse
@@ -21,6 +21,7 @@ from gateway.services.embeddings import EmbeddingResult, EmbeddingService
 from gateway.services.rerank import MAX_DOCUMENTS as MAX_RERANK_DOCUMENTS
 from gateway.services.rerank import RERANKER_ALIAS, RerankResult, RerankService
 from gateway.services.search_chunks import ChunkedDocuments
+from gateway.services.search_terms import query_terms
 from gateway.upstreams.triton_reranker import RerankerNotServedError
 from gateway.usage.record import Usage
 
@@ -79,6 +80,8 @@ class SearchQueries:
         here."""
         if mode != "dense":
             await check_lexical(collection, self._store)
+        if rerank_candidates is not None:
+            self._served_reranker.admit(rerank_candidates)
         depth, kept = (top_k, min_score) if rerank_candidates is None else (rerank_candidates, None)
         result = await self._retrieve(collection, query, mode, fusion, depth, where, kept, use_cache)
         if rerank_candidates is None:
@@ -100,9 +103,10 @@ class SearchQueries:
         """The mode's best `top_k` documents (a chunked collection's: each once, by its best chunk, with its whole
         text)."""
         name, found = collection.name, self._finder(collection)
+        terms = await query_terms(query) if mode != "dense" else ""  # once: a chunked search may ask again, deeper
 
         def lexical(floor: float | None) -> Callable[[int], Awaitable[list[Hit]]]:
-            return partial(self._lexical, name, query, where=where, min_score=floor)
+            return partial(self._lexical, name, terms, where=where, min_score=floor)
 
         async def dense(depth: int, floor: float | None) -> tuple[EmbeddingResult, list[Hit]]:
             result = await self._embeddings.embed(
@@ -138,6 +142,12 @@ class SearchQueries:
             raise RuntimeError("a chunked collection is searched by a service built without chunked documents")
         return self._chunked
 
+    @property
+    def _served_reranker(self) -> RerankService:
+        if self._reranker is None:
+            raise RerankerNotServedError(RERANKER_ALIAS)
+        return self._reranker
+
     def _finder(self, collection: Collection) -> Finder:
         """How `top_k` documents are read from a search that answers `depth` points."""
         if collection.chunking is not None:
@@ -155,13 +165,11 @@ class SearchQueries:
         self, query: str, hits: list[Hit], top_k: int, min_score: float | None
     ) -> tuple[list[Hit], RerankResult | None]:
         """The hits by the reranker's relevance, best `top_k`; each keeps its retrieval scores in `scores`."""
-        if self._reranker is None:
-            raise RerankerNotServedError(RERANKER_ALIAS)
         if not hits:
             return [], None
         # a chunked collection's document is judged by the chunk that found it: what fits the reranker's length
         texts = [h.text if h.chunk is None else h.chunk.text for h in hits]
-        ranked = await self._reranker.rerank(query, texts, top_n=top_k)
+        ranked = await self._served_reranker.rerank(query, texts, top_n=top_k)
         reranked = [
             dataclasses.replace(hits[r.index], score=r.relevance_score, scores=retrieval_scores(hits[r.index]))
             for r in ranked.results
@@ -169,9 +177,8 @@ class SearchQueries:
         return [h for h in reranked if min_score is None or h.score >= min_score], ranked
 
     async def _lexical(
-        self, name: str, query: str, top_k: int, where: Filter | None, min_score: float | None
+        self, name: str, terms: str, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
-        terms = analyze(query)
         return await self._store.lexical_search(name, terms, top_k, where, min_score) if terms else []
 
 

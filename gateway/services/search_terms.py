@@ -1,11 +1,11 @@
-"""Documents' terms for the lexical index, made beside their embedding."""
+"""Terms for the lexical index: documents' made beside their embedding, a query's made once per search."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Sequence
 
-from gateway.search.analyzer import analyze_many
+from gateway.search.analyzer import analyze, analyze_many
 from gateway.services.embeddings import EmbeddingResult
 
 # Below this many characters the terms are made on the loop (well under a millisecond for a batch of short
@@ -21,3 +21,8 @@ async def terms_beside(
         return analyze_many(texts), await embedding
     terms, result = await asyncio.gather(asyncio.to_thread(analyze_many, texts), embedding)
     return terms, result
+
+
+async def query_terms(query: str) -> str:
+    """A query's terms; a long query (up to the longest text a request may send) analyzed on a worker thread."""
+    return analyze(query) if len(query) <= INLINE_CHARS else await asyncio.to_thread(analyze, query)
