@@ -199,25 +199,17 @@ class MilvusStore:
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
         await self._record(name)
-        target = milvus_name(name)
-        expression = to_milvus(where) if where is not None else ""
-        rows = await self._run(
-            self._search, target, vector.tolist(), top_k, expression, await self._clock.level(target)
-        )
-        hits = [hit(row) for row in rows]
-        return [h for h in hits if min_score is None or h.score >= min_score]
+        params = dense_params(self._index, top_k)
+        return await self._hits(name, vector.tolist(), "vector", params, top_k, where, min_score)
 
     async def lexical_search(
         self, name: str, terms: str, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
+        """Milvus's BM25 over the documents' terms: it splits `terms` with the same whitespace tokenizer."""
         await self._record(name)
         if not await self.lexical(name):
             raise LexicalSearchUnavailableError(self.name)
-        target = milvus_name(name)
-        expression = to_milvus(where) if where is not None else ""
-        rows = await self._run(self._lexical_search, target, terms, top_k, expression, await self._clock.level(target))
-        hits = [hit(row) for row in rows]
-        return [h for h in hits if min_score is None or h.score >= min_score]
+        return await self._hits(name, terms, SPARSE, {"metric_type": "BM25"}, top_k, where, min_score)
 
     async def ready(self) -> bool:
         try:
@@ -249,6 +241,23 @@ class MilvusStore:
         """Its documents: a chunked collection's are its first chunks."""
         expression = to_milvus(chunks.FIRST) if collection.chunking is not None else ""
         return await self._run(self._count, target, expression, await self._clock.level(target))
+
+    async def _hits(
+        self,
+        name: str,
+        query: list[float] | str,
+        field: str,
+        params: dict[str, Any],
+        top_k: int,
+        where: Filter | None,
+        min_score: float | None,
+    ) -> list[Hit]:
+        target = milvus_name(name)
+        expression = to_milvus(where) if where is not None else ""
+        level = await self._clock.level(target)
+        rows = await self._run(self._search, target, query, field, params, top_k, expression, level)
+        hits = [hit(row) for row in rows]
+        return [h for h in hits if min_score is None or h.score >= min_score]
 
     async def _flush(self, target: str) -> None:
         await self._run(self._seal, target)
@@ -407,33 +416,23 @@ class MilvusStore:
         self._connected().flush(target, timeout=self._timeout)
 
     def _search(
-        self, target: str, vector: list[float], top_k: int, expression: str, level: ReadLevel
+        self,
+        target: str,
+        query: list[float] | str,
+        field: str,
+        params: dict[str, Any],
+        top_k: int,
+        expression: str,
+        level: ReadLevel,
     ) -> list[dict[str, Any]]:
         results = self._connected().search(
             target,
-            data=[vector],
+            data=[query],
             limit=top_k,
             filter=expression,
             output_fields=FIELDS,
-            anns_field="vector",
-            search_params=dense_params(self._index, top_k),
-            timeout=self._timeout,
-            **level.options(),
-        )
-        return list(results[0]) if results else []
-
-    def _lexical_search(
-        self, target: str, terms: str, top_k: int, expression: str, level: ReadLevel
-    ) -> list[dict[str, Any]]:
-        """Milvus's BM25 over the documents' terms: it analyzes `terms` with the same whitespace tokenizer."""
-        results = self._connected().search(
-            target,
-            data=[terms],
-            limit=top_k,
-            filter=expression,
-            output_fields=FIELDS,
-            anns_field=SPARSE,
-            search_params={"metric_type": "BM25"},
+            anns_field=field,
+            search_params=params,
             timeout=self._timeout,
             **level.options(),
         )
