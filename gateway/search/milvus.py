@@ -22,9 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import grpc
 from pydantic import SecretStr
-from pymilvus import MilvusClient, MilvusException
+from pymilvus import MilvusClient
 
 from gateway.errors import InvalidRequestError
 from gateway.observability import quiet_pymilvus
@@ -444,7 +443,7 @@ def full_text_search(client: MilvusClient, timeout: float) -> bool:
     its releases that speak this client's protocol are built from 2.5 and later."""
     try:
         version = client.get_server_version(timeout=timeout)
-    except (MilvusException, grpc.RpcError):  # Milvus Lite answers UNIMPLEMENTED
+    except Exception:  # Milvus Lite answers gRPC's UNIMPLEMENTED, which pymilvus passes on raw
         return True
     found = re.match(r"v?(\d+)\.(\d+)", version)
     return found is None or (int(found[1]), int(found[2])) >= FULL_TEXT_SEARCH
