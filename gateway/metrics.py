@@ -63,8 +63,9 @@ TRITON_ERRORS = Counter("gateway_triton_errors_total", "Failed Triton calls by r
 # reason: unavailable | timeout | invalid | queue_full | error
 MODEL_QUEUE_REJECTIONS = Counter(
     "gateway_model_queue_rejections_total",
-    "Embedding calls refused with 429 because a model queue was full: the gateway's own (more encoding waiting "
-    "than TRITON_MAX_QUEUE_SECONDS) or Triton's (its queue policy).",
+    "Calls refused with 429 because a model queue was full: the gateway's own for embeddings (more encoding "
+    "waiting than TRITON_MAX_QUEUE_SECONDS) or Triton's (its queue policy; once per refusal the caller gets, not "
+    "for one another Triton then served).",
     ["queue"],
 )  # queue: gateway | triton
 TRITON_UP = Gauge(
@@ -82,7 +83,8 @@ TRITON_CHANNELS = Gauge(
 )
 TRITON_IN_FLIGHT_LIMIT = Gauge(
     "gateway_triton_in_flight_limit",
-    "Triton calls the gateway keeps in flight now: TRITON_MAX_IN_FLIGHT_CALLS, lower while the GPUs are throttled.",
+    "Coalesced embedding calls the gateway keeps in flight to Triton now: TRITON_MAX_IN_FLIGHT_CALLS, lower while "
+    "every Triton is throttled (reranks and chunker calls are not limited by it).",
 )
 GPU_STATE = Gauge(
     "gateway_gpu_state", "1 for each state a GPU under Triton is in now, by GPU UUID.", ["gpu", "state"]

@@ -31,11 +31,6 @@ def identified(event_id: int | str, data: str) -> str:
     return f"id: {event_id}\ndata: {data}\n\n"
 
 
-def encode_stream(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[str, None]:
-    """`payloads` (JSON texts) as SSE events, then [DONE]; an error mid-stream becomes the last event."""
-    return encode_batches(_single(payloads))
-
-
 async def encode_batches(batches: AsyncGenerator[list[str], None]) -> AsyncGenerator[str, None]:
     """Each batch of payloads (JSON texts) as one text of SSE events (one write), then [DONE]; an error
     mid-stream becomes the last event, with no [DONE] after it."""
@@ -67,12 +62,6 @@ def failure(exc: Exception) -> str:
         return event(json.dumps(exc.body(), ensure_ascii=False))
     log.error("stream failed", exc_info=exc)
     return event(json.dumps(error_body("internal error", GatewayError.type)))
-
-
-async def _single(payloads: AsyncGenerator[str, None]) -> AsyncGenerator[list[str], None]:
-    async with aclosing(payloads):
-        async for payload in payloads:
-            yield [payload]
 
 
 async def with_heartbeats(events: AsyncGenerator[str, None], interval: float = 15.0) -> AsyncGenerator[str, None]:

@@ -2,11 +2,13 @@
 to the GPU policy (`protection`).
 
 A URL whose host is a name is read at every address the name resolves to (each Triton pod behind a headless
-Service has its own GPUs); a failed lookup keeps the addresses known. Each endpoint is read concurrently with a
-timeout, and its text parsed in a worker thread, so a slow or huge answer holds up neither requests nor the loop.
-A GPU's reading stays fresh for 3 intervals: an endpoint not read for that long (down, hung, answering garbage)
-leaves the policy with its GPUs, logged once, and comes back, logged once, at its next good read. Nothing here
-raises into a request: the worst a broken endpoint does is take its GPUs out of the policy.
+Service has its own GPUs); the names are looked up concurrently with a timeout, and a failed or hung lookup keeps
+the addresses known. Each endpoint is read concurrently with a timeout, and its text parsed in a worker thread, so a
+slow or huge answer holds up neither requests nor the loop. A GPU's reading stays fresh for 3 intervals: an
+endpoint not read for that long (down, hung, answering garbage) leaves the policy with its GPUs, logged once, and
+comes back, logged once, at its next good read; while no poll succeeds at all for 3 intervals, the policy is given
+no readings, so that stale states never hold traffic back. Nothing here raises into a request: the worst a broken
+endpoint does is take its GPUs out of the policy.
 
 Which Triton a GPU serves: an endpoint at the host of exactly one of Triton's addresses serves that Triton; any
 other, or any endpoint while there is a single Triton, serves them all (`ALL`). The DCGM exporter runs beside
@@ -65,11 +67,12 @@ class GpuMetricsPoller:
         self._protection = protection
         self._tritons = tritons
         self._resolve = resolve
-        timeout = min(READ_TIMEOUT_SECONDS, max(1.0, self._interval))
-        self._client = httpx.AsyncClient(timeout=timeout, transport=transport)
+        self._timeout = min(READ_TIMEOUT_SECONDS, max(1.0, self._interval))
+        self._client = httpx.AsyncClient(timeout=self._timeout, transport=transport)
         self._expanded: dict[str, list[tuple[str, str]]] = {}  # url -> its (address url, host), last resolved
         self._endpoints: dict[str, _Endpoint] = {}
-        self._triton_gpus: dict[str, str] = {}  # uuid -> scope, of every GPU a Triton endpoint reported
+        self._triton_gpus: dict[str, tuple[str, float]] = {}  # uuid -> (scope, last seen) of GPUs Tritons reported
+        self._polled_at = time.monotonic()  # when a poll last succeeded
         self._task: asyncio.Task[None] | None = None
         self._failure = ""
 
@@ -85,18 +88,30 @@ class GpuMetricsPoller:
         while True:
             started = time.monotonic()
             try:
-                await self.poll()
+                await self._poll_or_expire()
                 self._failure = ""
             except Exception as exc:  # a bug must not end the loop, nor log every interval
                 if str(exc) != self._failure:
-                    log.exception("gpu metrics poll failed; the GPU policy keeps its last states")
+                    log.exception(
+                        "gpu metrics poll failed; if none succeeds for %d intervals, no GPU holds traffic back",
+                        STALE_INTERVALS,
+                    )
                 self._failure = str(exc)
             await asyncio.sleep(max(0.0, self._interval - (time.monotonic() - started)))
+
+    async def _poll_or_expire(self) -> None:
+        try:
+            await self.poll()
+        except Exception:
+            if time.monotonic() - self._polled_at >= STALE_INTERVALS * self._interval:
+                self._protection.observe({}, self._tritons())  # every reading is stale by now
+            raise
 
     async def poll(self) -> None:
         """Read every endpoint once and hand the fresh readings to the policy."""
         tritons = self._tritons()
-        targets = [target for url in self._urls for target in await self._addresses(url)]
+        expanded = await asyncio.gather(*(self._addresses(url) for url in self._urls))
+        targets = [target for addresses in expanded for target in addresses]
         known = {url: self._endpoints.get(url) for url, _ in targets}
         now = time.monotonic()
         # An address no longer resolved takes its GPUs with it.
@@ -106,6 +121,7 @@ class GpuMetricsPoller:
         for endpoint in self._endpoints.values():
             self._judge(endpoint, now)
         self._protection.observe(self._seen(tritons, now), tritons)
+        self._polled_at = now
 
     async def _addresses(self, url: str) -> list[tuple[str, str]]:
         """`url` at each address its host resolves to, with that address (an IP host: itself)."""
@@ -113,7 +129,10 @@ class GpuMetricsPoller:
         host, port = parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80)
         if not host or is_ip(host):
             return [(url, host)]
-        resolved = await self._resolve(host, port)
+        try:
+            resolved = await asyncio.wait_for(self._resolve(host, port), self._timeout)
+        except (TimeoutError, OSError):
+            resolved = []
         if resolved:
             ips = [address.rpartition(":")[0].strip("[]") for address in resolved]
             self._expanded[url] = [(str(parsed.copy_with(host=ip)), ip) for ip in ips]
@@ -160,10 +179,13 @@ class GpuMetricsPoller:
                     scopes.setdefault(reading.uuid, scope)
                 else:
                     from_dcgm.setdefault(reading.uuid, scope)
-        self._triton_gpus |= scopes
+        # A GPU no Triton has reported for 3 intervals is no longer known as Triton's (its pod was replaced).
+        stale_after = STALE_INTERVALS * self._interval
+        known = {u: seen for u, seen in self._triton_gpus.items() if now - seen[1] <= stale_after}
+        self._triton_gpus = known | {uuid: (scope, now) for uuid, scope in scopes.items()}
         for uuid, scope in from_dcgm.items():
             if uuid in self._triton_gpus:
-                scopes.setdefault(uuid, self._triton_gpus[uuid])
+                scopes.setdefault(uuid, self._triton_gpus[uuid][0])
             elif not self._triton_gpus:  # no Triton endpoint reports GPUs: the exporter's govern the calls
                 scopes[uuid] = scope
         return {

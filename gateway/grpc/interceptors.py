@@ -22,7 +22,7 @@ from gateway.billing import bill_to
 from gateway.errors import GatewayError, UpstreamTimeoutError
 from gateway.keys.families import grpc_family
 from gateway.keys.gatekeeper import Gatekeeper
-from gateway.keys.model import ApiKey
+from gateway.keys.watchers import WatcherPermits
 from gateway.limits import InFlightLimit
 from gateway.metrics import GRPC_LATENCY
 
@@ -144,21 +144,21 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         """
         started = time.perf_counter()
         watching = method in WATCH_METHODS
-        permits = self._watchers if watching else self._in_flight
+        in_flight = None if watching else self._in_flight
         admitted = False
-        watcher: ApiKey | None = None  # the key whose watcher this call holds
+        watcher: WatcherPermits | None = None  # a watch's: from the watchers' budget and its key's, as REST's streams
         try:
             family = grpc_family(method)
             key = self._gatekeeper.authenticate(_authorization(context), family)
             await self._gatekeeper.admit(key, family)
             cost = bill_to(key)  # this call's task only: the billed services record its usage with the key
-            if permits is not None:
-                if not permits.acquire():
-                    raise permits.overloaded()
+            if in_flight is not None:
+                if not in_flight.acquire():
+                    raise in_flight.overloaded()
                 admitted = True
-            if watching:  # one of its key's watchers too, as REST's event streams
-                self._gatekeeper.watchers.take(key)
-                watcher = key
+            if watching:
+                watcher = WatcherPermits(self._watchers, self._gatekeeper.watchers, key)
+                watcher.hold(1)
             yield
         except grpc.aio.AbortError:  # the handler chose its status itself
             _observe(method, context.code() or grpc.StatusCode.UNKNOWN, started)
@@ -175,10 +175,10 @@ class GatewayInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
                 context.set_trailing_metadata((*(context.trailing_metadata() or ()), trailer))
             _observe(method, grpc.StatusCode.OK, started)
         finally:
-            if admitted and permits is not None:
-                permits.release()
+            if admitted and in_flight is not None:
+                in_flight.release()
             if watcher is not None:
-                self._gatekeeper.watchers.give_back(watcher)
+                watcher.release()
 
 
 def _status_of(exc: Exception, method: str) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:

@@ -67,9 +67,11 @@ class KeyWatchers:
 
 
 class WatcherPermits:
-    """The watcher permits one connection holds for one key, from the process's budget and the key's."""
+    """The watcher permits one connection holds for one key, from the process's budget and the key's. `process`:
+    None where the process's permit is taken apart (an event stream's, by the REST limits middleware before any
+    key is known)."""
 
-    def __init__(self, process: InFlightLimit, keys: KeyWatchers, key: ApiKey) -> None:
+    def __init__(self, process: InFlightLimit | None, keys: KeyWatchers, key: ApiKey) -> None:
         self._process = process
         self._keys = keys
         self._key = key
@@ -82,12 +84,13 @@ class WatcherPermits:
             self._give_back(self.held - count)
             return
         wanted = count - self.held
-        taken = 0
-        while taken < wanted and self._process.acquire():
-            taken += 1
-        if taken < wanted:
-            self._release_process(taken)
-            raise self._process.overloaded()
+        if self._process is not None:
+            taken = 0
+            while taken < wanted and self._process.acquire():
+                taken += 1
+            if taken < wanted:
+                self._release_process(taken)
+                raise self._process.overloaded()
         try:
             self._keys.take(self._key, wanted)
         except TooManyWatchersError:
@@ -104,5 +107,7 @@ class WatcherPermits:
         self.held -= count
 
     def _release_process(self, count: int) -> None:
+        if self._process is None:
+            return
         for _ in range(count):
             self._process.release()

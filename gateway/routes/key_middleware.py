@@ -13,6 +13,7 @@ from gateway.billing import bill_to
 from gateway.errors import GatewayError, send_error
 from gateway.keys.families import rest_family
 from gateway.keys.gatekeeper import Gatekeeper
+from gateway.keys.watchers import WatcherPermits
 from gateway.limits import is_task_watch
 
 
@@ -28,12 +29,14 @@ class KeyMiddleware:
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
         family = rest_family(path)
-        watching = is_task_watch(path)
+        watcher: WatcherPermits | None = None
         try:
             key = self.gatekeeper.authenticate(header, family)
             await self.gatekeeper.admit(key, family)
-            if watching:  # an event stream holds one of its key's watchers while it is open
-                self.gatekeeper.watchers.take(key)
+            if is_task_watch(path):  # an event stream holds one of its key's watchers while it is open
+                # The process's permit is the limits middleware's, taken before any key was known.
+                watcher = WatcherPermits(None, self.gatekeeper.watchers, key)
+                watcher.hold(1)
         except GatewayError as exc:
             await send_error(exc, scope, receive, send)
             return
@@ -47,5 +50,5 @@ class KeyMiddleware:
         try:
             await self.app(scope, receive, send_with_cost)
         finally:
-            if watching:
-                self.gatekeeper.watchers.give_back(key)
+            if watcher is not None:
+                watcher.release()

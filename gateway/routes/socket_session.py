@@ -50,6 +50,9 @@ def close_reason(message: str) -> str:
 
 
 def error_text(exc: GatewayError, task_id: str | None = None) -> str:
+    """`exc` as a socket's error message; the detail kept from the client is logged, as REST's handler does."""
+    if exc.detail:
+        log.warning("task WebSocket sent %d: %s", exc.status_code, exc)
     about = {"task_id": task_id} if task_id is not None else {}
     return json.dumps({"type": "error", **exc.body(), **about}, ensure_ascii=False)
 
@@ -105,7 +108,10 @@ class TaskSocket:
         try:
             await asyncio.wait({reader, ended}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            await self._stop([reader, ended])
+            failures = await self._stop([reader, ended])
+        if failures:  # a bug reading or answering a message: not a normal close
+            log.error("task WebSocket failed", exc_info=failures[0])
+            self._close = (INTERNAL, "internal error")
 
     async def _read(self, reads: bool) -> None:
         """The client's messages until it leaves (the one-task route takes none)."""
@@ -178,7 +184,9 @@ class TaskSocket:
             if self._follows.get(task_id) is asyncio.current_task():
                 del self._follows[task_id]
                 if not closes:
-                    self._permits.hold(max(1, len(self._follows)))  # fewer: never refused
+                    # One permit back, never one taken: a subscription may hold permits for follows it has not
+                    # added yet (it awaits its answer first), which the follows' count would give back.
+                    self._permits.hold(max(1, self._permits.held - 1))
         if failure is not None:
             await self._send(error_text(failure, task_id))
         if closes:
@@ -211,7 +219,9 @@ class TaskSocket:
         return outcome
 
     @staticmethod
-    async def _stop(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    async def _stop(tasks: Sequence[asyncio.Future[Any]]) -> list[Exception]:
+        """Cancel `tasks` and wait for them; the errors of those that had failed."""
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        return [result for result in results if isinstance(result, Exception)]

@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 from gateway import sse
 from gateway.services.video import Task
 
+MAX_ID_DIGITS = 19  # a task's version counts its changes: none of our ids is longer than a 64-bit integer
 EVENTS_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {sse.MEDIA_TYPE: {}},
@@ -41,4 +42,6 @@ def resume_point(last_event_id: str | None) -> int | None:
     none, and for a value that is not one of our ids: the client then gets the task as it is now, as a new watcher
     would (an EventSource would retry a refusal for ever)."""
     text = (last_event_id or "").strip()
+    if len(text) > MAX_ID_DIGITS:  # not ours, and past Python's limit on int() (4,300 digits) a ValueError
+        return None
     return int(text) if text.isascii() and text.isdigit() else None

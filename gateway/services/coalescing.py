@@ -151,21 +151,26 @@ class CoalescingEmbedder:
         self._dispatch()
 
     async def embed(self, texts: list[str]) -> TritonEmbeddings:
-        if self._in_flight < self._max_in_flight and not self._waiting:
+        if self._goes_at_once():
             self._in_flight += 1
             call = self._started(len(texts))
+            served = False
             try:
-                return await self._inner.embed(texts)
+                result = await self._inner.embed(texts)
+                served = True
+                return result
             finally:
-                self._ended(call)
+                self._ended(call, served=served)
                 self._in_flight -= 1
                 self._dispatch()
-        wait = self.wait_ahead()
-        if wait > self._max_queue_seconds:
-            metrics.MODEL_QUEUE_REJECTIONS.labels(queue="gateway").inc()
-            raise EmbeddingQueueFullError(wait)
         if self._max_texts_given is None:
             self._max_texts = (await self._inner.model_info()).max_batch_size
+        # Judged after the await and with none before the append: callers that awaited together would otherwise
+        # all pass on the same queue.
+        wait = self.wait_ahead()
+        if wait > self._max_queue_seconds and not self._goes_at_once():
+            metrics.MODEL_QUEUE_REJECTIONS.labels(queue="gateway").inc()
+            raise EmbeddingQueueFullError(wait)
         waiting = _Waiting(texts, asyncio.get_running_loop().create_future())
         self._waiting.append(waiting)
         self._waiting_texts += len(texts)
@@ -185,16 +190,24 @@ class CoalescingEmbedder:
             since = min(self._pace.served_from(sent) for _, sent in running)
             work = sum(texts for texts, _ in running) * seconds_per_text
             left = max(0.0, work - (self._clock() - since))
-        return left + self._waiting_texts * seconds_per_text
+        # Callers that went away are still queued until a dispatch skips them: their texts wait for nothing.
+        queued = sum(len(waiting.texts) for waiting in self._waiting if not waiting.result.done())
+        return left + queued * seconds_per_text
+
+    def _goes_at_once(self) -> bool:
+        return self._in_flight < self._max_in_flight and not self._waiting
 
     def _started(self, texts: int) -> int:
         self._calls_sent += 1
         self._running[self._calls_sent] = (texts, self._clock())
         return self._calls_sent
 
-    def _ended(self, call: int) -> None:
+    def _ended(self, call: int, *, served: bool) -> None:
+        """`call` is no longer running; only one the encoder `served` times its pace: a failed, timed-out or
+        cancelled call ended at no telling point of its work, and would skew the queue bound's refusals."""
         texts, started = self._running.pop(call)
-        self._pace.observe(texts, started, self._clock())
+        if served:
+            self._pace.observe(texts, started, self._clock())
 
     def _slot_free(self) -> bool:
         if self._in_flight < self._max_in_flight:
@@ -262,10 +275,12 @@ class CoalescingEmbedder:
         self._dispatch()
 
     async def _call(self, batch: list[_Waiting], texts: list[str], call: int) -> None:
+        served = False
         try:
             metrics.EMBEDDING_COALESCED_REQUESTS.observe(len(batch))
             try:
                 merged = await self._inner.embed(texts)
+                served = True
             except InvalidRequestError:
                 if len(batch) == 1:
                     raise
@@ -281,7 +296,7 @@ class CoalescingEmbedder:
                 if not waiting.result.done():
                     waiting.result.set_exception(exc)
         finally:
-            self._ended(call)
+            self._ended(call, served=served)
             self._in_flight -= 1
             self._dispatch()
 

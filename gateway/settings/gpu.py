@@ -19,9 +19,11 @@ class GpuSettings(BaseSettings):
     another has room; once every Triton is degraded, new uncached bulk work (embeddings of several uncached texts,
     document upserts, reranks) answers 503 `gpu_memory_high` with Retry-After, while single texts, search queries and
     cached answers are served. A hot GPU is `throttled`: its Triton gets no calls while a cooler one serves; once every
-    Triton is hot, the gateway's in-flight limit for Triton calls is lowered a step per interval until they cool, then
-    raised back a step per interval. Stale or missing metrics never block traffic: without readings there is no GPU
-    policy (docs/operations.md, "GPU states")."""
+    Triton is hot, the in-flight limit of the coalesced embedding calls (TRITON_MAX_IN_FLIGHT_CALLS: embeddings,
+    search queries, upserts' texts) is lowered a step per interval, down to 1, until they cool, then raised back a
+    step per interval; reranks and chunker calls are not limited, and with TRITON_MAX_IN_FLIGHT_CALLS=1 there is
+    nothing to lower. Stale or missing metrics never block traffic: without readings there is no GPU policy
+    (docs/operations.md, "GPU states")."""
 
     model_config = SettingsConfigDict(env_prefix="GPU_", frozen=True)
 
@@ -61,10 +63,11 @@ class GpuSettings(BaseSettings):
     temperature_throttle_celsius: float = Field(
         85.0,
         description="A GPU hotter than this (DCGM_FI_DEV_GPU_TEMP), or one whose clocks the driver slows for heat "
-        "or power brake (DCGM's clock-throttle reasons), is throttled: the in-flight limit for Triton calls "
-        "(TRITON_MAX_IN_FLIGHT_CALLS) is lowered by one call per interval, down to 1; below this temperature "
-        "minus 5 °C it is raised back by one per interval. Power at its cap is normal under load and does not "
-        "throttle. Triton's own metrics carry no temperature: without the DCGM exporter nothing is throttled.",
+        "or power brake (DCGM's clock-throttle reasons), is throttled: once every Triton is, the in-flight limit "
+        "of the coalesced embedding calls (TRITON_MAX_IN_FLIGHT_CALLS; not reranks nor chunker calls) is lowered by "
+        "one call per interval, down to 1 (at 1: nothing to lower); below this temperature minus 5 °C it is raised "
+        "back by one per interval. Power at its cap is normal under load and does not throttle. Triton's own "
+        "metrics carry no temperature: without the DCGM exporter nothing is throttled.",
     )
 
     def urls(self) -> list[str]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +62,7 @@ QUEUE_FULL_MESSAGES = ("Exceeds maximum queue size", "Request timeout expired")
 UNAVAILABLE_MESSAGES = ("unknown model", "not ready", "stopped accepting", "no available versions", "shutting down")
 
 TritonCall = Callable[[grpcaio.InferenceServerClient, float], Awaitable[Any]]  # (client, timeout seconds)
+T = TypeVar("T")
 
 
 class TritonUpstreamError(UpstreamError):
@@ -229,9 +230,9 @@ class TritonClient:
         """Embed `texts`, in chunks of the model's max batch size sent concurrently, re-joined in order."""
         info = await self.model_info()
         size = info.max_batch_size
-        if len(texts) <= size:  # one call: awaited here, not in a task of its own as gather would
+        if len(texts) <= size:  # one call: awaited here, not in a task of its own
             return await self._embed_chunk(texts)
-        chunks = await asyncio.gather(*(self._embed_chunk(texts[i : i + size]) for i in range(0, len(texts), size)))
+        chunks = await all_of([self._embed_chunk(texts[i : i + size]) for i in range(0, len(texts), size)])
         return TritonEmbeddings(
             vectors=np.concatenate([c.vectors for c in chunks]),
             token_counts=np.concatenate([c.token_counts for c in chunks]),
@@ -265,6 +266,14 @@ class TritonClient:
         unavailable (stopping, gone, unreachable) or its queue refused the call, once more on another within what
         is left of `timeout` (never again on the same one: its queue is what refused it). `bulk`: a call of several
         texts, which a Triton short of GPU memory should not get while another has room (`triton_endpoints`)."""
+        try:
+            return await self._call_with_retry(call, timeout, bulk)
+        except TritonQueueFullError:
+            # Once per refusal the caller gets: not for a Triton's refusal another Triton then served.
+            metrics.MODEL_QUEUE_REJECTIONS.labels(queue="triton").inc()
+            raise
+
+    async def _call_with_retry(self, call: TritonCall, timeout: float, bulk: bool) -> Any:
         deadline = time.monotonic() + timeout
         endpoint = await self._endpoints.pick(bulk=bulk)
         if endpoint is None:
@@ -272,13 +281,23 @@ class TritonClient:
             raise TritonUnavailableError()
         try:
             return await self._call_on(endpoint, call, timeout)
-        except (TritonUnavailableError, TritonQueueFullError):
+        except TritonUnavailableError:
             other = await self._endpoints.pick(exclude=endpoint, bulk=bulk)
-            left = deadline - time.monotonic()
-            if other is None or left <= 0:
+            if other is None or (left := deadline - time.monotonic()) <= 0:
                 raise
             metrics.TRITON_RETRIES.inc()
             return await self._call_on(other, call, left)
+        except TritonQueueFullError as refused:
+            # Only a Triton in rotation may take it: one out of it would answer unavailable (503, and the model
+            # info marked stale) for what is overload (429).
+            other = await self._endpoints.pick(exclude=endpoint, bulk=bulk, serving_only=True)
+            if other is None or (left := deadline - time.monotonic()) <= 0:
+                raise
+            metrics.TRITON_RETRIES.inc()
+            try:
+                return await self._call_on(other, call, left)
+            except TritonUnavailableError:
+                raise refused from refused.__cause__  # the other went out meanwhile: still overloaded, not out
 
     async def _call_on(self, endpoint: TritonEndpoint, call: TritonCall, timeout: float) -> Any:
         """`call` on `endpoint`'s tritonclient, its errors translated."""
@@ -288,8 +307,6 @@ class TritonClient:
                 result = await call(client, timeout)
         except InferenceServerException as exc:
             error = translate(exc, self._settings)
-            if isinstance(error, TritonQueueFullError):
-                metrics.MODEL_QUEUE_REJECTIONS.labels(queue="triton").inc()
             if isinstance(error, TritonUnavailableError):
                 self._info_stale = True  # the model may come back as another revision
                 await self._endpoints.failed(endpoint, str(exc.message() or exc))
@@ -297,6 +314,19 @@ class TritonClient:
             raise error from exc
         self._endpoints.recovered(endpoint, outages)
         return result
+
+
+async def all_of(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """The calls' results in order, run concurrently. The first to fail cancels the others (a request's chunks are
+    all or nothing: the rest would only load Triton) and its error is raised as it is, not in an ExceptionGroup,
+    so that the client is answered as for one call (a full queue: 429)."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(call) for call in calls]
+    except BaseExceptionGroup as failed:
+        error = failed.exceptions[0]
+        raise error from error.__cause__
+    return [task.result() for task in tasks]
 
 
 def none_if_unknown(call: TritonCall) -> TritonCall:

@@ -152,14 +152,18 @@ class TritonEndpoints:
     def addresses(self) -> list[str]:
         return list(self._endpoints)
 
-    async def pick(self, exclude: TritonEndpoint | None = None, *, bulk: bool = False) -> TritonEndpoint | None:
-        """The next address for a call (none but `exclude` in rotation: one out of rotation; none at all: None), among
-        those `rank` puts lowest for a call of one text or, `bulk`, of several."""
+    async def pick(
+        self, exclude: TritonEndpoint | None = None, *, bulk: bool = False, serving_only: bool = False
+    ) -> TritonEndpoint | None:
+        """The next address for a call (none but `exclude` in rotation: one out of rotation, or with `serving_only`
+        None; none at all: None), among those `rank` puts lowest for a call of one text or, `bulk`, of several."""
         await self._resolve_if_due()
         candidates = [e for e in self._endpoints.values() if e is not exclude]
-        if not candidates:
+        in_rotation = [e for e in candidates if e.serving]
+        if not in_rotation and not serving_only:
+            in_rotation = candidates
+        if not in_rotation:
             return None
-        in_rotation = [e for e in candidates if e.serving] or candidates
         if self._rank is not None and len(in_rotation) > 1:
             ranks = {e.address: self._rank(e.address, bulk) for e in in_rotation}
             lowest = min(ranks.values())

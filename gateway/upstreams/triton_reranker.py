@@ -15,7 +15,15 @@ from opentelemetry import propagate, trace
 
 from gateway.errors import UpstreamUnavailableError
 from gateway.settings import TritonSettings
-from gateway.upstreams.triton import TritonClient, none_if_unknown, text_input
+from gateway.upstreams.triton import (
+    INFO_RETRY_SECONDS,
+    TritonClient,
+    TritonTimeoutError,
+    TritonUnavailableError,
+    all_of,
+    none_if_unknown,
+    text_input,
+)
 
 tracer = trace.get_tracer(__name__)
 MISSING_RECHECK_SECONDS = 5.0  # how long "no reranker is served" is answered before Triton is asked again
@@ -64,20 +72,38 @@ class TritonReranker:
         self._settings = settings
         self._info: RerankerInfo | None = None
         self._info_until = 0.0
+        self._info_lock = asyncio.Lock()
         self._missing_until = 0.0
 
     async def reranker_info(self) -> RerankerInfo:
-        """The reranker ensemble's name, revision and limits; `RerankerNotServedError` where Triton has none."""
-        now = time.monotonic()
-        if self._info is not None and now < self._info_until:
+        """The reranker ensemble's name, revision and limits; `RerankerNotServedError` where Triton has none.
+
+        Read again every `INFO_SECONDS` by one request while the others wait for it; while Triton is unreachable
+        the last info read is answered (asked again at most once a second), so that a brief outage at that moment
+        fails no rerank that Triton can answer once back."""
+        if self._info is not None and time.monotonic() < self._info_until:
             return self._info
+        async with self._info_lock:
+            now = time.monotonic()
+            if self._info is not None and now < self._info_until:
+                return self._info  # read while this request waited
+            return await self._read_info(now)
+
+    async def _read_info(self, now: float) -> RerankerInfo:
         model = self._settings.reranker_model
         if now < self._missing_until:
             raise RerankerNotServedError(model)
-        config = await self._client.call(
-            none_if_unknown(lambda c, seconds: c.get_model_config(model, client_timeout=seconds)),
-            self._settings.timeout_seconds,
-        )
+        settings = self._settings
+        timeout = settings.timeout_seconds if self._info is None else settings.ready_timeout_seconds
+        try:
+            config = await self._client.call(
+                none_if_unknown(lambda c, seconds: c.get_model_config(model, client_timeout=seconds)), timeout
+            )
+        except (TritonUnavailableError, TritonTimeoutError):
+            if self._info is None:
+                raise
+            self._info_until = time.monotonic() + INFO_RETRY_SECONDS
+            return self._info
         if config is None:
             self._missing_until = time.monotonic() + MISSING_RECHECK_SECONDS
             raise RerankerNotServedError(model)
@@ -89,8 +115,8 @@ class TritonReranker:
         size = (await self.reranker_info()).max_batch_size
         if len(documents) <= size:
             return await self._rerank_chunk(query, documents)
-        chunks = await asyncio.gather(
-            *(self._rerank_chunk(query, documents[i : i + size]) for i in range(0, len(documents), size))
+        chunks = await all_of(
+            [self._rerank_chunk(query, documents[i : i + size]) for i in range(0, len(documents), size)]
         )
         return TritonScores(
             scores=np.concatenate([c.scores for c in chunks]),

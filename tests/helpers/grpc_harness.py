@@ -159,7 +159,7 @@ def loop_thread() -> Iterator[LoopThread]:
 def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
     """Start servers (keys: the API keys, () for none; handlers: extra generic handlers; images: an image
     backend, which also serves gateway.v1.Images; models: a model listing, which also serves gateway.v1.Models;
-    in_flight, timeout_seconds and max_message_bytes: the process's limits);
+    in_flight, watchers, timeout_seconds and max_message_bytes: the process's limits);
     all stop at teardown."""
     started: list[Harness] = []
 
@@ -178,12 +178,14 @@ def harness_factory(loop_thread: LoopThread) -> Iterator[HarnessFactory]:
         in_flight: InFlightLimit | None = None,
         timeout_seconds: float | None = None,
         max_message_bytes: int | None = None,
+        watchers: InFlightLimit | None = None,
     ) -> Harness:
         backend = FakeBackend()
         options = {
             "video": images,
             "models": models,
             "in_flight": in_flight,
+            "watchers": watchers,
             "timeout_seconds": timeout_seconds,
             "max_message_bytes": max_message_bytes,
         }

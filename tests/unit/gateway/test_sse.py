@@ -23,11 +23,11 @@ async def test_each_batch_is_one_text_of_events_and_the_stream_ends_with_done() 
 
 
 async def test_an_error_after_the_first_batch_becomes_the_last_event_with_no_done() -> None:
-    async def failing() -> AsyncGenerator[str, None]:
-        yield '{"n":1}'
+    async def failing() -> AsyncGenerator[list[str], None]:
+        yield ['{"n":1}']
         raise UpstreamUnavailableError("chat upstream unavailable")
 
-    texts = await collect(sse.encode_stream(failing()))
+    texts = await collect(sse.encode_batches(failing()))
     assert texts[0] == 'data: {"n":1}\n\n' and len(texts) == 2 and sse.DONE not in texts
     error = json.loads(texts[1].removeprefix("data: "))["error"]
     assert error["message"] == "chat upstream unavailable"

@@ -22,3 +22,8 @@ def test_other_paths_are_not() -> None:
 def test_a_resume_point_is_an_event_id_and_anything_else_none() -> None:
     assert [resume_point(value) for value in ("7", " 12 ", "0")] == [7, 12, 0]
     assert [resume_point(value) for value in (None, "", "-1", "abc", "1.5", "\u00b3", "٣")] == [None] * 7
+
+
+def test_a_resume_point_longer_than_any_of_our_ids_is_none_not_an_error() -> None:
+    assert resume_point("9" * 19) == 9_999_999_999_999_999_999
+    assert [resume_point(value) for value in ("9" * 20, "1" * 5000)] == [None, None]  # int() refuses 4,301 digits

@@ -131,3 +131,58 @@ async def test_the_loop_polls_in_the_background_until_closed(servers: tuple[Metr
     assert reads >= 3 and guard.readiness() == "ok"
     await asyncio.sleep(INTERVAL * 2)
     assert one.reads["/metrics"] == reads, "no read after aclose"
+
+
+async def test_a_hung_lookup_holds_up_no_reading_for_longer_than_its_timeout(
+    servers: tuple[MetricsServer, MetricsServer],
+) -> None:
+    one, _ = servers
+
+    async def resolve(host: str, port: int) -> list[str]:
+        if host == "hung.test":
+            await asyncio.Event().wait()  # a DNS server that never answers
+        return [f"127.0.0.1:{port}"]
+
+    urls = [f"http://hung.test:{one.port}/metrics", f"http://triton.test:{one.port}/metrics"]
+    polling, guard = poller(urls, ["127.0.0.1:8001"], resolve=resolve)
+    await asyncio.wait_for(polling.poll(), 3)  # the lookup's timeout (1 s), not for ever
+    await polling.aclose()
+    assert one.reads["/metrics"] == 1 and guard.readiness() == "ok"
+
+
+async def test_while_every_poll_fails_the_gpus_leave_the_policy_after_three_intervals(
+    servers: tuple[MetricsServer, MetricsServer],
+) -> None:
+    _, two = servers
+    broken = False
+
+    async def resolve(host: str, port: int) -> list[str]:
+        if broken:
+            raise RuntimeError("a bug in the lookup")
+        return [f"127.0.0.2:{port}"]
+
+    polling, guard = poller([f"http://triton.test:{two.port}/metrics"], ["127.0.0.2:8001"], resolve=resolve)
+    await polling.poll()
+    assert guard.readiness() == "degraded"
+    broken = True
+    await polling.start()
+    await asyncio.sleep(INTERVAL * 5)
+    await polling.aclose()
+    assert guard.readiness() == "unknown", "stale states must not hold traffic back"
+
+
+async def test_a_gpu_no_triton_reports_any_more_is_no_longer_tritons(
+    servers: tuple[MetricsServer, MetricsServer],
+) -> None:
+    one, two = servers
+    two.texts["/dcgm"] = dcgm_text([Gpu(uuid=FIRST.uuid, temperature=90)])  # the first Triton's GPU is hot
+    tritons = ["127.0.0.1:8001", "127.0.0.2:8001"]
+    polling, guard = poller([one.url("/metrics"), two.url("/metrics"), two.url("/dcgm")], tritons)
+    await polling.poll()
+    assert guard.rank(tritons[0], False) == 1
+    one.texts["/metrics"] = triton_text([Gpu(uuid="GPU-44444444-aaaa-bbbb-cccc-000000000004")])  # a new pod, GPU
+    for _ in range(8):  # past 3 intervals for the old reading, and 3 more for the GPU's last sighting
+        await asyncio.sleep(INTERVAL)
+        await polling.poll()
+    await polling.aclose()
+    assert guard.rank(tritons[0], False) == 0, "the hot GPU is another workload's now, not the first Triton's"

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from gateway.errors import ConflictError, NotFoundError
 from gateway.grpc.pb.gateway.v1 import gateway_pb2 as pb
+from gateway.limits import watcher_limit
 from gateway.protocol.video import ImageGenerationRequest
 from gateway.services.video import public_task
 from gateway.tasks.model import Task, TaskError, TaskState
@@ -338,6 +339,20 @@ def test_cancelling_the_watch_closes_it_on_the_server(harness: Harness, images: 
 
     assert first.status == "pending"
     wait_until(lambda: images.closed_watches == ["task_1"], 5)
+
+
+def test_a_watch_holds_a_watcher_permit_until_it_ends(harness_factory: HarnessFactory, images: FakeImages) -> None:
+    watchers = watcher_limit(1)
+    harness = harness_factory(images=images, watchers=watchers)
+    images.tasks["task_1"] = make_task()
+    images.hold_open.add("task_1")
+    responses = harness.images.WatchTask(pb.TaskRequest(task_id="task_1"), metadata=AUTH)
+    next(responses)
+    assert watchers.count == 1
+    refused = rpc_error(lambda: list(harness.images.WatchTask(pb.TaskRequest(task_id="task_1"), metadata=AUTH)))
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "1 task watchers" in refused.details()
+    responses.cancel()
+    wait_until(lambda: watchers.count == 0, 5)
 
 
 # --- errors and authentication ----------------------------------------------------------------------------------

@@ -46,3 +46,13 @@ def test_permits_grow_and_shrink_and_a_refusal_takes_nothing() -> None:
     other.release()
     permits.release()
     assert (process.count, keys.held(key("a")), permits.held, other.held) == (0, 0, 0, 0)
+
+
+def test_permits_without_the_process_budget_count_the_keys_alone() -> None:
+    keys = KeyWatchers(1)
+    permits = WatcherPermits(None, keys, key("a"))  # an event stream: its process permit is the middleware's
+    permits.hold(1)
+    with pytest.raises(TooManyWatchersError):
+        WatcherPermits(None, keys, key("a")).hold(1)
+    permits.release()
+    assert (keys.held(key("a")), permits.held) == (0, 0)

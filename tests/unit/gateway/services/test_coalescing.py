@@ -206,3 +206,55 @@ async def test_texts_that_would_wait_past_the_queue_bound_are_refused_at_once() 
     assert [r.vectors[0, 0] for r in await asyncio.gather(first, overlapping, queued)] == [1.0, 1.0, 1.0]
     assert ["e"] not in inner.calls
     assert (await embedder.embed(["f"])).vectors[0, 0] == 1.0  # the queue drained: served again
+
+
+async def test_only_calls_that_succeed_time_the_encoders_pace() -> None:
+    pace = EncoderPace(weight=1.0)
+    embedder = CoalescingEmbedder(SlowEmbedder(seconds=0.05), max_in_flight=1, pace=pace)
+    with pytest.raises(InvalidRequestError):
+        await embedder.embed(["bad"])  # refused after 0.05 s: says nothing of the encoder's pace
+    cancelled = asyncio.create_task(embedder.embed(["gone"]))
+    await asyncio.sleep(0.01)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert pace.seconds_per_text is None and embedder.wait_ahead() == 0.0
+    running = asyncio.create_task(embedder.embed(["warm"]))
+    await asyncio.sleep(0)
+    merged = [asyncio.create_task(embedder.embed([t])) for t in ("bad 1", "bad 2")]  # a merged call that fails
+    await asyncio.gather(running, *merged, return_exceptions=True)
+    assert pace.seconds_per_text == pytest.approx(0.05, abs=0.02)  # the one served call alone
+
+
+async def test_callers_that_went_away_do_not_count_against_the_queue_bound() -> None:
+    inner = SlowEmbedder(seconds=0.2)
+    embedder = CoalescingEmbedder(inner, max_in_flight=1, max_queue_seconds=0.25, pace=EncoderPace(weight=1.0))
+    await embedder.embed(["t1", "t2", "t3", "t4"])  # 0.05 s per text
+    running = asyncio.create_task(embedder.embed(["r1", "r2", "r3", "r4"]))  # 0.2 s of encoding left
+    await asyncio.sleep(0)
+    leaving = asyncio.create_task(embedder.embed(["w1", "w2"]))  # fewer than the running call: waits
+    await asyncio.sleep(0)
+    assert embedder.wait_ahead() == pytest.approx(0.3, abs=0.01)
+    leaving.cancel()
+    await asyncio.sleep(0)
+    assert embedder.wait_ahead() == pytest.approx(0.2, abs=0.01)
+    staying = asyncio.create_task(embedder.embed(["s"]))  # 0.2 s ahead of it, not 0.3: queued, not refused
+    assert (await staying).vectors[0, 0] == 1.0
+    await running
+
+
+async def test_callers_that_await_the_model_info_together_are_judged_one_after_another() -> None:
+    class SlowInfo(SlowEmbedder):
+        async def model_info(self, *, refresh: bool = False) -> ModelInfo:
+            await asyncio.sleep(0.01)  # a re-read of the model's config
+            return INFO
+
+    pace = EncoderPace(weight=1.0)
+    embedder = CoalescingEmbedder(SlowInfo(seconds=0.2), max_in_flight=1, max_queue_seconds=0.275, pace=pace)
+    await embedder.embed(["t1", "t2", "t3", "t4"])  # 0.05 s per text
+    running = asyncio.create_task(embedder.embed(["r1", "r2", "r3", "r4"]))  # 0.2 s of encoding left
+    await asyncio.sleep(0)
+    results = await asyncio.gather(*(embedder.embed([t]) for t in "abcd"), return_exceptions=True)
+    # about 0.2 s, then 0.25 s ahead of the first two; 0.3 s and more ahead of the others
+    assert [isinstance(r, EmbeddingQueueFullError) for r in results] == [False, False, True, True]
+    await running
