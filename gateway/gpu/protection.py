@@ -6,8 +6,9 @@ all of them, `ALL`), and a state acts on the calls to that Triton while the othe
   `gpu_memory_high` and Retry-After: embeddings of more than one uncached text, document upserts (chunked ones) and
   reranks. Single texts, search queries and cached answers are still served.
 - throttled (hot): calls avoid that Triton while a cooler one is in rotation; once every Triton is throttled (or a
-  GPU that governs all calls is), the in-flight limit for Triton calls (TRITON_MAX_IN_FLIGHT_CALLS) is lowered by
-  the fewest steps any of them has taken, down to 1, and raised back as they cool.
+  GPU that governs all calls is), the in-flight limit of the embedding calls (TRITON_MAX_IN_FLIGHT_CALLS, the
+  coalescer's: reranks and chunker calls are not limited) is lowered by the fewest steps any of them has taken, down
+  to 1, and raised back as they cool.
 
 `/readyz` reports `gpu: degraded` while any GPU is degraded or throttled, and stays 200: every replica reads the same
 GPUs, and going unready together would take the whole service down for a state that only sheds bulk work.
@@ -83,7 +84,7 @@ class GpuProtection:
         return self._limit
 
     def on_limit(self, listener: Callable[[int], None]) -> None:
-        """Call `listener` with the in-flight limit for Triton calls each time it changes."""
+        """Call `listener` with the in-flight limit for embedding calls each time it changes."""
         self._listeners.append(listener)
 
     def observe(self, seen: Mapping[str, SeenGpu], tritons: list[str]) -> None:
