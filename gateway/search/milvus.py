@@ -1,9 +1,10 @@
 """The Milvus vector store: collections in a Milvus server, shared by every replica, through pymilvus.
 
     gateway_collections        the catalog: one row per collection (its record as JSON)
-    gw_<name>                  one Milvus collection per collection: id (primary key), vector (HNSW, cosine),
-                               text, metadata (JSON), created_at, updated_at; on Milvus 2.5 and later, also
-                               terms and their BM25 (`milvus_rows.py`), what lexical search searches
+    gw_<name>                  one Milvus collection per collection: id (primary key), vector (cosine; HNSW, or
+                               AUTOINDEX as SEARCH_MILVUS_INDEX says), text, metadata (JSON), created_at,
+                               updated_at; on Milvus 2.5 and later also terms and their BM25 (`milvus_rows.py`),
+                               what lexical search searches
 
 Collection names are encoded for Milvus (`_` -> `_0`, `-` -> `_1`), which keeps them distinct. A document is
 searchable, from every replica, when its upsert returns: each read states its own consistency, from the last

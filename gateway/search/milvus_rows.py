@@ -58,7 +58,7 @@ def bounded_terms(terms: str) -> str:
     encoded = terms.encode()
     if len(encoded) <= MAX_TEXT_BYTES:
         return terms
-    return encoded[: MAX_TEXT_BYTES + 1].decode(errors="ignore").rsplit(" ", 1)[0]
+    return encoded[: MAX_TEXT_BYTES + 1].decode(errors="ignore").rpartition(" ")[0]
 
 
 def catalog_schema() -> Any:
