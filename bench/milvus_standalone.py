@@ -28,7 +28,7 @@ import grpc
 from pymilvus import MilvusClient
 from pymilvus.exceptions import MilvusException
 
-from gateway.search.milvus import milvus_name
+from gateway.search.milvus_rows import milvus_name
 from localtriton.ports import free_port
 
 VERSION = "2.3.5"

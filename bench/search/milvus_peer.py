@@ -31,8 +31,7 @@ from bench.search.quality import Vectors, unit
 from bench.search.report import Measured, record_quality
 from bench.search.sweep import sweep
 from bench.stack import gateway
-from gateway.search.milvus import milvus_name
-from gateway.search.milvus_rows import ids_expression
+from gateway.search.milvus_rows import ids_expression, milvus_name
 
 log = logging.getLogger("bench.search")
 

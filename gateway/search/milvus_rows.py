@@ -15,6 +15,7 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient
 from gateway.search.documents import Document, Hit
 from gateway.search.milvus_filter import literal
 
+CATALOG = "gateway_collections"
 MAX_TEXT_BYTES = 65_535  # Milvus's longest VARCHAR
 FIELDS = ["id", "text", "metadata", "created_at", "updated_at"]
 TERMS = "terms"
@@ -22,6 +23,11 @@ SPARSE = "sparse"  # the BM25 function's output: what a lexical search searches
 BM25_PARAMS = {"bm25_k1": 1.2, "bm25_b": 0.75}  # Qdrant Edge's, so both stores score alike
 HNSW_EF = 128
 VectorIndex = Literal["HNSW", "AUTOINDEX"]
+
+
+def milvus_name(name: str) -> str:
+    """A collection's Milvus name: `_` -> `_0`, `-` -> `_1` keeps names distinct."""
+    return "gw_" + name.replace("_", "_0").replace("-", "_1")
 
 
 def ids_expression(ids: list[str]) -> str:

@@ -16,8 +16,9 @@ from pymilvus import MilvusClient
 
 from gateway.search.analyzer import analyze
 from gateway.search.documents import Collection
-from gateway.search.milvus import MilvusStore, milvus_name
+from gateway.search.milvus import MilvusStore
 from gateway.search.milvus_clock import BOUNDED, STRONG, ReadLevel, WriteClock
+from gateway.search.milvus_rows import milvus_name
 from gateway.search.store import DocumentWrite
 from tests.helpers.milvus_fixtures import MilvusStandalone, milvus_server  # noqa: F401 (a fixture)
 from tests.helpers.redis_fixtures import RedisServer

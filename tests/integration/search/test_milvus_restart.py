@@ -17,7 +17,8 @@ from pymilvus import MilvusClient
 
 from gateway.search.analyzer import analyze
 from gateway.search.documents import Collection, Hit
-from gateway.search.milvus import MilvusStore, milvus_name
+from gateway.search.milvus import MilvusStore
+from gateway.search.milvus_rows import milvus_name
 from gateway.search.store import DocumentWrite, SearchStoreUnavailableError
 from tests.helpers.milvus_fixtures import MilvusStandalone, session_binaries
 
