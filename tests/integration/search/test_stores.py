@@ -23,6 +23,7 @@ from gateway.search.documents import Chunking, Collection
 from gateway.search.embedded import EmbeddedStore
 from gateway.search.filters import parse_filter
 from gateway.search.milvus import MilvusStore
+from gateway.search.milvus_calls import MilvusCalls
 from gateway.search.shard_index import ShardReaders, live_folder, load_indexed
 from gateway.search.store import (
     CollectionExistsError,
@@ -171,6 +172,20 @@ async def test_both_stores_score_bm25_alike(tmp_path: Path, request: pytest.Fixt
 
 
 QUERIES = ["reset my password", "账户密码", "密码重置", "stores open", "九点"]
+
+
+async def test_a_milvus_collection_made_without_bm25_refuses_lexical_search(request: pytest.FixtureRequest) -> None:
+    """A collection keeps the fields it was made with: one made before the gateway used Milvus's full text search
+    (here: made without it on a Milvus that has it) answers lexical searches with 400, and dense ones as ever."""
+    lite: MilvusLite = request.getfixturevalue("milvus_lite_server")
+    created = collection()
+    MilvusCalls(lite.uri, None, 30, "AUTOINDEX").create(created, lexical=False)
+    async with aclosing(MilvusStore(lite.uri, None, timeout_seconds=30, index="AUTOINDEX")) as store:
+        assert await store.lexical() and not await store.lexical(created.name)
+        await store.upsert(created.name, DOCUMENTS, now=100)
+        with pytest.raises(LexicalSearchUnavailableError):
+            await store.lexical_search(created.name, "alpha", 5, None, None)
+        assert [h.id for h in await store.search(created.name, unit(1), 1, None, None)] == ["a"]
 
 
 async def test_upsert_replaces_and_keeps_created_at(store_factory: StoreFactory) -> None:
