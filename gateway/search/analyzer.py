@@ -4,7 +4,8 @@ every store (the stores index the terms it writes, split on spaces, so their sco
 Text is normalised (NFKC, case folded), then split into runs of Han characters and words of other scripts:
 - Han runs are segmented into words by jieba's dictionary (rjieba, its Rust port) and each character is kept as
   a term too: words make a match precise, characters let a query find a word segmented otherwise in a document
-  (docs/benchmarks.md has what each buys on the Chinese duplicate-question set);
+  (docs/benchmarks.md has what each buys on the Chinese duplicate-question set); Chinese stop words go, words and
+  characters alike;
 - other words (letters and digits, so codes such as "a100" or "sku123" stay whole) lose English stop words and
   are stemmed by the Snowball English stemmer when they are Latin letters; other scripts are kept as they are.
 
@@ -22,7 +23,7 @@ from functools import lru_cache
 import rjieba
 import Stemmer
 
-ANALYZER = "bm25-zh-en-v1"  # stored in each collection's record with the terms it holds
+ANALYZER = "bm25-zh-en-v2"  # stored in each collection's record with the terms it holds
 HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef"
 TOKENS = re.compile(rf"([{HAN}]+)|([^\W_{HAN}]+)")
 LATIN = re.compile(r"^[a-z]+$")
@@ -33,6 +34,12 @@ LUCENE_STOP_WORDS = (
     "they this to was will with"
 )
 STOP_WORDS = frozenset(LUCENE_STOP_WORDS.split())
+# Chinese function words: the particles, the general classifier and the question words, with the characters that
+# only spell them. They stand in a third of all documents of a question set and weigh almost nothing in BM25, yet a
+# query's postings were mostly theirs: BM25 scores every document holding a query's term. Content characters that
+# longer lists add (人, 大, 好, 上) stay: dropping them cost quality (docs/benchmarks.md, "Chinese stop words").
+CHINESE_FUNCTION_WORDS = "的 了 吗 呢 吧 啊 呀 嘛 个 什么 怎么 怎样 为什么 哪 哪个 哪里 什 怎 么"
+CHINESE_STOP_WORDS = frozenset(CHINESE_FUNCTION_WORDS.split())
 
 
 def analyze(text: str) -> str:
@@ -54,9 +61,9 @@ def terms(text: str) -> Iterator[str]:
 
 def _han_terms(run: str) -> Iterator[str]:
     words = rjieba.cut(run)
-    yield from words
-    if len(run) > 1:
-        yield from run  # each character too, unless the run is a single one (already a word)
+    yield from (word for word in words if word not in CHINESE_STOP_WORDS)
+    if len(run) > 1:  # each character too, unless the run is a single one (already a word)
+        yield from (char for char in run if char not in CHINESE_STOP_WORDS)
 
 
 @lru_cache(maxsize=65536)

@@ -16,7 +16,11 @@ from gateway.search.analyzer import analyze
         ("ＧＰＵ A100 and SKU-4711", "gpu a100 sku 4711"),
         # Chinese: jieba's words, then each character of a run of several
         ("北京天安门", "北京 天安门 北 京 天 安 门"),
-        ("的", "的"),
+        ("猫", "猫"),
+        # Chinese stop words out, as words and as characters; a character of a kept word stays a term
+        ("北京的天气怎么样", "北京 天气 怎么样 北 京 天 气 样"),
+        ("这个手机是什么牌子的吗", "这个 手机 是 牌子 这 手 机 是 牌 子"),
+        ("的", ""),
         # mixed text: each script by its own rule, in order
         ("Triton 推理服务器 runs models", "triton 推理 服务器 推 理 服 务 器 run model"),
         # other scripts kept as words; accents kept
