@@ -33,8 +33,9 @@ from bench.search.quality import Vectors, unit
 from bench.stack import REPOSITORY
 from gateway.search.analyzer import ANALYZER
 from gateway.search.embedded_files import HNSW
-from gateway.search.embedded_points import HNSW_EF, HNSW_EF_FILTERED
+from gateway.search.embedded_points import HNSW_EF_FILTERED
 from gateway.search.shard_index import MIN_UNINDEXED_POINTS, live_folder
+from gateway.settings import SearchSettings
 
 CACHE = ROOT / ".run" / "bench-search-scale"
 BUILT = "built.json"
@@ -180,4 +181,7 @@ def stored_documents(search_path: Path, ids: Sequence[str]) -> Stored:
 
 
 def search_settings() -> str:
-    return f"hnsw_ef {HNSW_EF} ({HNSW_EF_FILTERED} with a filter), HNSW m {HNSW.m}, ef_construct {HNSW.ef_construct}"
+    """What the gateways search with: SEARCH_HNSW_EF from this environment, which they inherit."""
+    hnsw_ef = SearchSettings().hnsw_ef
+    filtered = max(hnsw_ef, HNSW_EF_FILTERED)
+    return f"hnsw_ef {hnsw_ef} ({filtered} with a filter), HNSW m {HNSW.m}, ef_construct {HNSW.ef_construct}"

@@ -37,6 +37,7 @@ from gateway.search.shard_index import (
     retire,
 )
 from gateway.search.store import (
+    HNSW_EF,
     CollectionExistsError,
     CollectionNotFoundError,
     DocumentWrite,
@@ -59,11 +60,13 @@ class EmbeddedStore:
         max_threads: int = 4,
         index_after_points: int = MIN_UNINDEXED_POINTS,
         indexing_threshold_kb: int | None = None,
+        hnsw_ef: int = HNSW_EF,
     ) -> None:
         """`index_after_points` unindexed points start an index build; `indexing_threshold_kb` is Qdrant's
         segment size from which it builds an HNSW graph (None: Qdrant's default). Tests make both small."""
         self._root = Path(path) / "collections"
         self._index_after = index_after_points
+        self._hnsw_ef = hnsw_ef
         self._optimizers = EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb)
         self._threads = StoreThreads(self.name, max_threads)
         self._collections: dict[str, Collection] | None = None
@@ -157,7 +160,7 @@ class EmbeddedStore:
     async def search(
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
-        request = points.search_request(vector, top_k, where, min_score)
+        request = points.search_request(vector, top_k, where, min_score, self._hnsw_ef)
         async with self._reading(name) as shard:
             return await self._run(points.query, shard, request)
 

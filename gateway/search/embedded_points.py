@@ -37,8 +37,8 @@ from gateway.search.store import DocumentWrite, IndexUpdate
 
 PointId = int | uuid.UUID | str
 ID_NAMESPACE = uuid.UUID("6f1c1a52-4d0e-4a8e-9a53-2d3f7f1e0c11")  # fixed: ids must map the same way forever
-# Search breadth, docs/benchmarks.md has the recall each buys: a filter prunes the graph walk, so it needs more.
-HNSW_EF = 128
+# Search breadth (SEARCH_HNSW_EF), docs/benchmarks.md has the recall each buys: a filter prunes the graph walk,
+# so it needs more.
 HNSW_EF_FILTERED = 200
 Kept = list[UpdateOperation] | None  # the writes kept for an index build under way, if any
 TERMS = "terms"
@@ -57,14 +57,17 @@ def point_id(document_id: str) -> str:
     return str(uuid.uuid5(ID_NAMESPACE, document_id))
 
 
-def search_request(vector: Vector, top_k: int, where: Filter | None, min_score: float | None) -> QueryRequest:
+def search_request(
+    vector: Vector, top_k: int, where: Filter | None, min_score: float | None, hnsw_ef: int
+) -> QueryRequest:
+    breadth = hnsw_ef if where is None else max(hnsw_ef, HNSW_EF_FILTERED)
     return QueryRequest(
         limit=top_k,
         query=Query.Nearest(vector.tolist()),
         filter=to_qdrant(where) if where is not None else None,
         with_payload=HIT_FIELDS,
         score_threshold=min_score,
-        params=SearchParams(hnsw_ef=max(HNSW_EF if where is None else HNSW_EF_FILTERED, top_k)),
+        params=SearchParams(hnsw_ef=max(breadth, top_k)),
     )
 
 

@@ -44,6 +44,7 @@ from gateway.search.milvus_rows import (
     milvus_name,
 )
 from gateway.search.store import (
+    HNSW_EF,
     CollectionNotFoundError,
     DocumentWrite,
     IndexUpdate,
@@ -70,8 +71,10 @@ class MilvusStore:
         flush_after_rows: int = 1000,
         flush_quiet_seconds: float = 5.0,
         index: VectorIndex = "HNSW",
+        hnsw_ef: int = HNSW_EF,
     ) -> None:
         self._index = index
+        self._hnsw_ef = hnsw_ef
         self._calls = MilvusCalls(uri, token, timeout_seconds, index)
         self._lexical: dict[str, bool] = {}  # by Milvus collection: whether it was made with terms and BM25
         self._threads = StoreThreads(self.name, max_threads)
@@ -182,7 +185,7 @@ class MilvusStore:
         self, name: str, vector: Vector, top_k: int, where: Filter | None, min_score: float | None
     ) -> list[Hit]:
         await self._record(name)
-        params = dense_params(self._index, top_k)
+        params = dense_params(self._index, top_k, self._hnsw_ef)
         return await self._hits(name, vector.tolist(), "vector", params, top_k, where, min_score)
 
     async def lexical_search(

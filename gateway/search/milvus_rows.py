@@ -21,7 +21,6 @@ FIELDS = ["id", "text", "metadata", "created_at", "updated_at"]
 TERMS = "terms"
 SPARSE = "sparse"  # the BM25 function's output: what a lexical search searches
 BM25_PARAMS = {"bm25_k1": 1.2, "bm25_b": 0.75}  # Qdrant Edge's, so both stores score alike
-HNSW_EF = 128
 VectorIndex = Literal["HNSW", "AUTOINDEX"]
 
 
@@ -84,8 +83,8 @@ def vector_index(client: MilvusClient, kind: VectorIndex, *, lexical: bool = Fal
     return index
 
 
-def dense_params(kind: VectorIndex, top_k: int) -> dict[str, Any]:
-    params = {"ef": max(HNSW_EF, top_k)} if kind == "HNSW" else {}
+def dense_params(kind: VectorIndex, top_k: int, hnsw_ef: int) -> dict[str, Any]:
+    params = {"ef": max(hnsw_ef, top_k)} if kind == "HNSW" else {}
     return {"metric_type": "COSINE", "params": params}
 
 

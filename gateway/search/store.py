@@ -15,6 +15,8 @@ from gateway.errors import ConflictError, InvalidRequestError, NotFoundError, Up
 from gateway.search.documents import Collection, Document, Hit, Metadata, Vector
 from gateway.search.filters import Filter
 
+HNSW_EF = 128  # SEARCH_HNSW_EF's default: a dense search's breadth in the graph, in both stores
+
 
 class SearchStoreUnavailableError(UpstreamUnavailableError):
     """The vector store (Milvus, or the embedded store) failed a call: search is down, the rest of the gateway

@@ -32,8 +32,9 @@ def build_vector_store(settings: SearchSettings, redis: RedisConnection | None =
             flush_after_rows=settings.milvus_flush_after_rows,
             flush_quiet_seconds=settings.milvus_flush_quiet_seconds,
             index=settings.milvus_index,
+            hnsw_ef=settings.hnsw_ef,
         )
-    return EmbeddedStore(settings.path, max_threads=settings.max_threads)
+    return EmbeddedStore(settings.path, max_threads=settings.max_threads, hnsw_ef=settings.hnsw_ef)
 
 
 def build_job_store(settings: SearchSettings, redis: RedisConnection | None) -> TaskStore:

@@ -113,7 +113,16 @@ class SearchSettings(BaseSettings):
     milvus_index: Literal["HNSW", "AUTOINDEX"] = Field(
         "HNSW",
         description="Milvus: the vector index of the collections made from now on. HNSW (M 16, efConstruction 100, "
-        "searched with ef 128); AUTOINDEX: the server's own choice, what Zilliz Cloud and Milvus Lite accept.",
+        "searched with SEARCH_HNSW_EF); AUTOINDEX: the server's own choice, what Zilliz Cloud and Milvus Lite accept.",
+    )
+    hnsw_ef: int = Field(
+        128,
+        ge=1,
+        le=4096,
+        description="How many candidates a dense search keeps while it walks the HNSW graph (ef), in both stores: "
+        "more finds more of the exact nearest neighbours for more CPU. The embedded store searches with a filter at "
+        "200 or more. 128 keeps 0.99 of the exact top 10 up to a few hundred thousand documents; a million may need "
+        "200 (docs/operations.md).",
     )
     timeout_seconds: float = Field(
         10.0, description="Deadline of one Milvus call; past it search answers 503 instead of piling up requests."
