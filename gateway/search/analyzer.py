@@ -35,9 +35,10 @@ LUCENE_STOP_WORDS = (
 )
 STOP_WORDS = frozenset(LUCENE_STOP_WORDS.split())
 # Chinese function words: the particles, the general classifier and the question words, with the characters that
-# only spell them. They stand in a third of all documents of a question set and weigh almost nothing in BM25, yet a
-# query's postings were mostly theirs: BM25 scores every document holding a query's term. Content characters that
-# longer lists add (人, 大, 好, 上) stay: dropping them cost quality (docs/benchmarks.md, "Chinese stop words").
+# spell the question words. They stand in a third of all documents of a question set and weigh almost nothing in
+# BM25, yet a query's postings were mostly theirs: BM25 scores every document holding a query's term. Content
+# characters that longer lists add (人, 大, 好, 上) stay: dropping them cost quality (docs/benchmarks.md, "Chinese
+# stop words").
 CHINESE_FUNCTION_WORDS = "的 了 吗 呢 吧 啊 呀 嘛 个 什么 怎么 怎样 为什么 哪 哪个 哪里 什 怎 么"
 CHINESE_STOP_WORDS = frozenset(CHINESE_FUNCTION_WORDS.split())
 
